@@ -1,0 +1,48 @@
+// tandem: entry point. Parses the command line and dispatches to the registered subcommand.
+// Exit codes: 0 ok, 1 failure (a check or gate failed, a lane tripped), 2 bad input.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tandem::cli {
+std::vector<CommandSpec>& command_registry() {
+  static std::vector<CommandSpec> registry;
+  return registry;
+}
+}  // namespace tandem::cli
+
+int main(int argc, char** argv) {
+  using namespace tandem;
+  CLI::App app{"tandem: mixture-of-experts inference split between a primary device and a sidecar peer"};
+  app.require_subcommand(1);
+  std::string log_level;
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error (default: $TANDEM_LOG or info)");
+  auto& registry = cli::command_registry();
+  std::sort(registry.begin(), registry.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::map<CLI::App*, cli::RunFn> runs;
+  for (const auto& spec : registry) {
+    CLI::App* sub = app.add_subcommand(spec.name, spec.help);
+    runs[sub] = spec.setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitBadInput;
+  }
+  for (auto& [sub, run] : runs) {
+    if (!sub->parsed()) continue;
+    init_logging(sub->get_name(), log_level);
+    try {
+      return run();
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return kExitBadInput;
+    }
+  }
+  return kExitBadInput;
+}

@@ -1,0 +1,108 @@
+// safetensors files, memory-mapped and used in place. The header is validated by the format's own
+// rules before any tensor is handed out: 8-byte little-endian header length <= 100 MB and inside the
+// file, a JSON object of {name: {dtype, shape, data_offsets}} (+ optional __metadata__ of strings),
+// known dtypes, non-negative shapes whose byte size (overflow-checked) equals end - begin, and offsets
+// that are contiguous from 0, non-overlapping and cover the data area exactly. Any violation is an
+// InputError naming the file and the tensor.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tandem {
+
+inline constexpr uint64_t kSafetensorsMaxHeader = 100u * 1000u * 1000u;
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  uint64_t begin = 0;  // byte offsets relative to the data area (after the header)
+  uint64_t end = 0;
+};
+
+struct SafetensorsHeader {
+  uint64_t header_len = 0;                        // bytes of JSON after the 8-byte length
+  std::vector<TensorInfo> tensors;                // sorted by begin offset
+  std::map<std::string, std::string> metadata;    // __metadata__
+};
+
+// Parses and validates a header from the first bytes of a file. `data` holds at least
+// min(size, 8 + header_len) bytes; `file_size` is the whole file's size. `source` names the file in
+// errors. Pure function: the fuzz target calls it on arbitrary bytes.
+SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, uint64_t file_size,
+                                           std::string_view source);
+
+class SafetensorsFile {
+ public:
+  // Maps and validates the file. Throws InputError (naming the path) on any problem.
+  static std::unique_ptr<SafetensorsFile> open(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const SafetensorsHeader& header() const { return header_; }
+  const TensorInfo* find(std::string_view name) const;  // nullptr when absent
+  TensorView view(const TensorInfo& info) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  SafetensorsHeader header_;
+  std::map<std::string, size_t, std::less<>> index_;
+  const uint8_t* map_ = nullptr;
+  size_t map_size_ = 0;
+};
+
+// All tensors of a model folder: `model.safetensors`, or the shards listed by
+// `model.safetensors.index.json` (weight_map: name -> file; every listed tensor must exist in its
+// shard), or else every *.safetensors file in the folder. A tensor name found twice is an error.
+class TensorStore {
+ public:
+  static TensorStore open_dir(const std::string& dir);
+  static TensorStore open_file(const std::string& path);
+
+  // nullptr when absent.
+  const TensorView* find(std::string_view name) const;
+  // The tensor, which must exist with exactly this shape and a float dtype (F32/BF16/F16);
+  // otherwise an InputError naming the tensor, its file, and what was expected.
+  TensorView require(std::string_view name, std::initializer_list<int64_t> shape) const;
+  // Like require, for 1-D tensors of any float dtype or for any dtype when `any_dtype`.
+  bool has(std::string_view name) const { return find(name) != nullptr; }
+  std::vector<std::string> names() const;
+  // The file a tensor came from (for error messages).
+  const std::string& file_of(std::string_view name) const;
+  size_t total_bytes() const;
+
+ private:
+  struct Entry {
+    TensorView view;
+    size_t file_index;
+  };
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Entry, std::less<>> tensors_;
+};
+
+// Writes a safetensors file: header first, then each tensor's bytes produced by its `fill`
+// callback (called once per tensor, in order, with a buffer of the tensor's byte size), so
+// multi-gigabyte files stream through a bounded buffer.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kBF16;
+  Shape shape;
+  std::function<void(uint8_t* dst, size_t nbytes)> fill;
+};
+void write_safetensors(const std::string& path, const std::vector<TensorSpec>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace tandem

@@ -1,0 +1,43 @@
+// Routed-expert execution on the CPU: the one step that lanes split between devices.
+// Routing says, per token row, which k experts it goes to and with which gate weight; this runs
+// those experts (SwiGLU MLPs) and writes each row's weighted sum. Shared by the local lane and the
+// CPU peer, so both compute exactly the same function.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace tandem {
+
+// One SwiGLU MLP: down(silu(gate x) * up x).
+struct ExpertWeights {
+  TensorView gate;  // [inter, hidden]
+  TensorView up;    // [inter, hidden]
+  TensorView down;  // [hidden, inter]
+  bool present() const { return !gate.empty(); }
+  size_t nbytes() const { return gate.nbytes() + up.nbytes() + down.nbytes(); }
+};
+
+// The routing of n_rows token rows to k experts each.
+struct Routing {
+  int64_t n_rows = 0;
+  int64_t k = 0;
+  std::vector<int32_t> ids;    // [n_rows, k] expert ids; -1 = no expert in this slot
+  std::vector<float> weights;  // [n_rows, k] final gate weights (renormalised and scaled as the arch says)
+};
+
+// out[r] = Σ_j weights[r, j] · expert_{ids[r, j]}(x[r]) over slots with ids[r, j] >= 0.
+// experts is indexed by expert id; every referenced expert must be present (asserted: the caller
+// validated ids). x: [n_rows, hidden], out: [n_rows, hidden], overwritten (zero for rows with no slot).
+void run_experts_cpu(std::span<const ExpertWeights> experts, const float* x, int64_t n_rows, int64_t hidden,
+                     const int32_t* ids, const float* weights, int64_t k, float* out, ThreadPool& pool);
+
+// One dense SwiGLU MLP over n rows: out = mlp(x). out may not alias x.
+void run_mlp_cpu(const ExpertWeights& mlp, const float* x, int64_t n_rows, int64_t hidden, float* out,
+                 ThreadPool& pool);
+
+}  // namespace tandem

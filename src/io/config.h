@@ -20,7 +20,7 @@ enum class RouterKind {
   kSigmoidGroupTopK,  // sigmoid scores, + correction bias for selection only, group-limited top-k (deepseek_v3)
 };
 enum class QkNorm { kNone, kPerHead, kWhole };  // per head_dim (qwen3_moe) or over the projection (olmoe)
-enum class RopeType { kDefault, kYarn };
+enum class RopeType { kDefault, kLinear, kYarn };
 
 std::string_view arch_name(Arch a);
 // "qwen3_moe, mixtral, olmoe, deepseek_v3"
@@ -36,6 +36,8 @@ struct RopeConfig {
   double beta_slow = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
+  double attention_factor = 0.0;  // 0: derived from mscale / mscale_all_dim
+  bool truncate = true;
 };
 
 struct ModelConfig {
@@ -53,6 +55,7 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   QkNorm qk_norm = QkNorm::kNone;
+  double clip_qkv = 0.0;  // olmoe: clamp q, k, v to [-clip, clip] when > 0
 
   // MLA (deepseek_v3). q_lora_rank == 0: q_proj directly.
   bool mla = false;
@@ -83,6 +86,8 @@ struct ModelConfig {
   int64_t shared_intermediate_size() const { return moe_intermediate_size * n_shared_expert; }
   // Softmax scale of attention (1/sqrt(qk head dim), times the yarn mscale² for deepseek yarn).
   double attn_scale() const;
+  // YaRN's multiplier on cos/sin (1 for other rope types).
+  double rope_attention_factor() const;
   // Per token and layer, floats of KV cache: GQA 2 * n_head_kv * head_dim; MLA kv_lora_rank + qk_rope_head_dim.
   int64_t kv_floats_per_token_layer() const;
 };

@@ -1,0 +1,67 @@
+// Model loading and the binding blocks shared by the architectures (see model.h).
+#include "models/model.h"
+
+#include <fmt/format.h>
+
+namespace tandem {
+
+std::unique_ptr<Model> Model::load(const std::string& dir, const ExpertFilter& filter) {
+  ModelConfig cfg = load_config(dir);
+  TensorStore store = TensorStore::open_dir(dir);
+  return bind(std::move(cfg), std::move(store), dir, filter);
+}
+
+std::unique_ptr<Model> Model::bind(ModelConfig cfg, TensorStore store, const std::string& dir,
+                                   const ExpertFilter& filter) {
+  auto m = std::make_unique<Model>();
+  m->dir = dir;
+  m->cfg = std::move(cfg);
+  m->store = std::move(store);
+  m->layers.resize(size_t(m->cfg.n_layer));
+  bind_common(*m);
+  switch (m->cfg.arch) {
+    case Arch::kQwen3Moe: bind_qwen3_moe(*m, filter); break;
+    case Arch::kMixtral: bind_mixtral(*m, filter); break;
+    case Arch::kOlmoe: bind_olmoe(*m, filter); break;
+    case Arch::kDeepseekV3: bind_deepseek_v3(*m, filter); break;
+  }
+  return m;
+}
+
+void bind_common(Model& m) {
+  const auto& c = m.cfg;
+  m.embed = m.store.require("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
+  m.final_norm = m.store.require("model.norm.weight", {c.hidden_size});
+  if (c.tie_word_embeddings && !m.store.has("lm_head.weight"))
+    m.lm_head = m.embed;
+  else
+    m.lm_head = m.store.require("lm_head.weight", {c.vocab_size, c.hidden_size});
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    auto& L = m.layers[size_t(l)];
+    std::string p = fmt::format("model.layers.{}.", l);
+    L.attn_norm = m.store.require(p + "input_layernorm.weight", {c.hidden_size});
+    L.ffn_norm = m.store.require(p + "post_attention_layernorm.weight", {c.hidden_size});
+    L.moe = c.layer_is_moe[size_t(l)];
+  }
+}
+
+void bind_gqa_attention(Model& m, int64_t layer, const std::string& prefix) {
+  const auto& c = m.cfg;
+  auto& a = m.layers[size_t(layer)].attn;
+  a.q = m.store.require(prefix + "q_proj.weight", {c.n_head * c.head_dim, c.hidden_size});
+  a.k = m.store.require(prefix + "k_proj.weight", {c.n_head_kv * c.head_dim, c.hidden_size});
+  a.v = m.store.require(prefix + "v_proj.weight", {c.n_head_kv * c.head_dim, c.hidden_size});
+  a.o = m.store.require(prefix + "o_proj.weight", {c.hidden_size, c.n_head * c.head_dim});
+}
+
+ExpertWeights bind_mlp(const Model& m, const std::string& prefix, const char* gate, const char* up,
+                       const char* down, int64_t inter) {
+  const int64_t h = m.cfg.hidden_size;
+  ExpertWeights e;
+  e.gate = m.store.require(prefix + gate + ".weight", {inter, h});
+  e.up = m.store.require(prefix + up + ".weight", {inter, h});
+  e.down = m.store.require(prefix + down + ".weight", {h, inter});
+  return e;
+}
+
+}  // namespace tandem

@@ -3,7 +3,9 @@
 // file, a JSON object of {name: {dtype, shape, data_offsets}} (+ optional __metadata__ of strings),
 // known dtypes, non-negative shapes whose byte size (overflow-checked) equals end - begin, and offsets
 // that are contiguous from 0, non-overlapping and cover the data area exactly. Any violation is an
-// InputError naming the file and the tensor.
+// InputError naming the file and the tensor. Every TensorView handed out is aligned for its dtype:
+// tensors whose mapped bytes are misaligned (the format doesn't promise alignment; HF's writer and
+// write_safetensors pad the header to 8 bytes, so it is rare) are copied once into aligned memory.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -53,6 +55,7 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const SafetensorsHeader& header() const { return header_; }
   const TensorInfo* find(std::string_view name) const;  // nullptr when absent
+  // `info` must be one of header().tensors. Valid while this file lives.
   TensorView view(const TensorInfo& info) const;
 
  private:
@@ -62,6 +65,8 @@ class SafetensorsFile {
   std::map<std::string, size_t, std::less<>> index_;
   const uint8_t* map_ = nullptr;
   size_t map_size_ = 0;
+  std::vector<const uint8_t*> data_;                 // [tensors]: aligned bytes of each tensor
+  std::vector<std::unique_ptr<uint64_t[]>> copies_;  // aligned copies of misaligned tensors
 };
 
 // All tensors of a model folder: `model.safetensors`, or the shards listed by
@@ -77,12 +82,13 @@ class TensorStore {
   // The tensor, which must exist with exactly this shape and a float dtype (F32/BF16/F16);
   // otherwise an InputError naming the tensor, its file, and what was expected.
   TensorView require(std::string_view name, std::initializer_list<int64_t> shape) const;
-  // Like require, for 1-D tensors of any float dtype or for any dtype when `any_dtype`.
   bool has(std::string_view name) const { return find(name) != nullptr; }
   std::vector<std::string> names() const;
-  // The file a tensor came from (for error messages).
+  // The file a tensor came from (for error messages); the store's folder or file when absent.
   const std::string& file_of(std::string_view name) const;
   size_t total_bytes() const;
+  // The folder (open_dir) or file (open_file) the store was opened from.
+  const std::string& source() const { return source_; }
 
  private:
   struct Entry {
@@ -91,11 +97,17 @@ class TensorStore {
   };
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, Entry, std::less<>> tensors_;
+  std::string source_;
+
+  void add_file(std::shared_ptr<SafetensorsFile> file);  // all its tensors; a duplicate name fails
 };
 
 // Writes a safetensors file: header first, then each tensor's bytes produced by its `fill`
 // callback (called once per tensor, in order, with a buffer of the tensor's byte size), so
-// multi-gigabyte files stream through a bounded buffer.
+// multi-gigabyte files stream through a buffer as large as the largest tensor. The header JSON
+// (with __metadata__, plus "format": "pt" unless given) is padded with spaces so the data area starts
+// at a multiple of 8 bytes. Written to a temporary name and renamed at the end, so `path` never holds a
+// half-written file. Names must be unique (and not __metadata__); an unwritable path is an InputError.
 struct TensorSpec {
   std::string name;
   DType dtype = DType::kBF16;

@@ -1,0 +1,84 @@
+// Oracle tests: the engine against what transformers computed on shared/fixtures/oracle, and the
+// batching invariants the fixtures can't see (sequences of different lengths, chunked prefill).
+#include <gtest/gtest.h>
+
+#include "engine/generate.h"
+#include "engine/verify.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+class Oracle : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Oracle, MatchesTransformers) {
+  const std::string dir = test::oracle_dir(GetParam());
+  auto model = Model::load(dir);
+  Engine engine(*model);
+  // f32 compute vs an f32 reference: 1e-4 relative (fixture README); tokens exact.
+  auto checks = verify_against(engine, dir + "/expected.safetensors");
+  ASSERT_GE(checks.size(), 4u);
+  for (const auto& c : checks) EXPECT_TRUE(c.pass) << c.name << " max_rel_err " << c.max_rel_err;
+}
+
+// Rows of several sequences of different lengths in one batch give the same logits as each
+// sequence alone; a prompt prefilled in chunks gives the same logits as one prefill.
+TEST_P(Oracle, BatchingDoesNotChangeAnswers) {
+  const std::string dir = test::oracle_dir(GetParam());
+  auto model = Model::load(dir);
+  const int64_t V = model->cfg.vocab_size;
+  std::vector<std::vector<int32_t>> prompts = {{5, 17, 99, 3, 250, 7, 8}, {42}, {300, 301, 302, 7}};
+  // Alone, 3 decode steps each.
+  std::vector<std::vector<float>> alone;
+  for (const auto& p : prompts) {
+    Engine e(*model);
+    GenerateRequest r;
+    r.prompt = p;
+    r.max_tokens = 3;
+    GenerateOptions o;
+    o.keep_logits = true;
+    auto res = generate(e, std::span<const GenerateRequest>(&r, 1), o);
+    alone.push_back(res[0].logits);
+  }
+  // Together, prefill in chunks of 2 rows.
+  Engine e(*model);
+  std::vector<GenerateRequest> reqs;
+  for (const auto& p : prompts) {
+    GenerateRequest r;
+    r.prompt = p;
+    r.max_tokens = 3;
+    reqs.push_back(r);
+  }
+  GenerateOptions o;
+  o.keep_logits = true;
+  o.prefill_chunk = 2;
+  auto res = generate(e, reqs, o);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(res[i].logits.size(), size_t(3 * V));
+    // Same f32 arithmetic in a different row grouping: rounding-level differences only.
+    EXPECT_LT(max_rel_err(res[i].logits.data(), alone[i].data(), 3 * V), 1e-5) << "prompt " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Oracle,
+                         ::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32", "deepseekv3_f32"));
+
+TEST(OracleCli, VerifyPrintsPassAndFailsOnForeignReference) {
+  const std::string q = test::oracle_dir("qwen3moe_f32");
+  auto ok = test::run_tandem({"verify", "--model", q, "--expected", q + "/expected.safetensors", "--threads", "2"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("verify: PASS"), std::string::npos) << ok.out;
+  // The mixtral reference against the qwen3 model: same shapes, a different function.
+  const std::string m = test::oracle_dir("mixtral_bf16");
+  auto bad = test::run_tandem({"verify", "--model", q, "--expected", m + "/expected.safetensors", "--threads", "2"});
+  EXPECT_EQ(bad.exit_code, 1) << bad.err;
+  EXPECT_NE(bad.out.find("verify: FAIL"), std::string::npos) << bad.out;
+  // The olmoe reference has 2 layers: a reference that doesn't fit the model is bad input.
+  const std::string o = test::oracle_dir("olmoe_f32");
+  auto misfit = test::run_tandem({"verify", "--model", q, "--expected", o + "/expected.safetensors"});
+  EXPECT_EQ(misfit.exit_code, 2);
+  EXPECT_NE(misfit.err.find("moe_out.2"), std::string::npos) << misfit.err;
+}
+
+}  // namespace
+}  // namespace tandem

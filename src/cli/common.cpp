@@ -22,7 +22,7 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   EngineOptions eo;
   eo.max_seqs = max_seqs;
   eo.max_ctx = o.max_ctx;
-  rt.engine = std::make_unique<Engine>(*rt.model, eo, rt.experts.get());
+  rt.engine = std::make_unique<CpuEngine>(*rt.model, eo, rt.experts.get());
   return rt;
 }
 

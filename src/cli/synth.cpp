@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "cli/command.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "models/synth.h"
 

@@ -88,7 +88,7 @@ float* scratch(size_t n) {
 
 }  // namespace
 
-Engine::Engine(const Model& model, EngineOptions options, ExpertExecutor* experts, ThreadPool* pool)
+CpuEngine::CpuEngine(const Model& model, EngineOptions options, ExpertExecutor* experts, ThreadPool* pool)
     : model_(model),
       options_(options),
       local_experts_(model, pool ? *pool : global_pool()),
@@ -100,7 +100,7 @@ Engine::Engine(const Model& model, EngineOptions options, ExpertExecutor* expert
   seqs_.resize(size_t(options_.max_seqs));
 }
 
-int Engine::add_sequence() {
+int CpuEngine::add_sequence() {
   for (size_t i = 0; i < seqs_.size(); ++i) {
     if (seqs_[i].live) continue;
     seqs_[i].live = true;
@@ -111,15 +111,15 @@ int Engine::add_sequence() {
   fail("all {} sequence slots are in use", seqs_.size());
 }
 
-void Engine::remove_sequence(int seq) {
+void CpuEngine::remove_sequence(int seq) {
   TANDEM_ASSERT(seq >= 0 && size_t(seq) < seqs_.size() && seqs_[size_t(seq)].live, "bad sequence {}", seq);
   seqs_[size_t(seq)].live = false;
   seqs_[size_t(seq)].len = 0;
 }
 
-int64_t Engine::seq_len(int seq) const { return seqs_[size_t(seq)].len; }
+int64_t CpuEngine::seq_len(int seq) const { return seqs_[size_t(seq)].len; }
 
-void Engine::reserve(Sequence& s, int64_t len) {
+void CpuEngine::reserve(Sequence& s, int64_t len) {
   if (len <= s.cap) return;
   const auto& c = model_.cfg;
   int64_t cap = std::min(options_.max_ctx, std::max({len, 2 * s.cap, int64_t(64)}));
@@ -132,7 +132,7 @@ void Engine::reserve(Sequence& s, int64_t len) {
   s.cap = cap;
 }
 
-const std::vector<float>& Engine::forward(std::span<const Item> items, bool all_logits) {
+const std::vector<float>& CpuEngine::forward(std::span<const Item> items, bool all_logits) {
   const auto& c = model_.cfg;
   const int64_t H = c.hidden_size;
   // Validate everything before touching any state.
@@ -207,7 +207,7 @@ const std::vector<float>& Engine::forward(std::span<const Item> items, bool all_
   return logits_;
 }
 
-void Engine::attention_gqa(int64_t layer, const float* h, float* out) {
+void CpuEngine::attention_gqa(int64_t layer, const float* h, float* out) {
   const auto& c = model_.cfg;
   const auto& a = model_.layers[size_t(layer)].attn;
   const int64_t n = n_rows_, nh = c.n_head, nkv = c.n_head_kv, hd = c.head_dim;
@@ -264,7 +264,7 @@ void Engine::attention_gqa(int64_t layer, const float* h, float* out) {
   cpu::matmul(att_.data(), n, a.o, out, pool_);
 }
 
-void Engine::attention_mla(int64_t layer, const float* h, float* out) {
+void CpuEngine::attention_mla(int64_t layer, const float* h, float* out) {
   const auto& c = model_.cfg;
   const auto& a = model_.layers[size_t(layer)].attn;
   const int64_t n = n_rows_, nh = c.n_head, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim;
@@ -326,7 +326,7 @@ void Engine::attention_mla(int64_t layer, const float* h, float* out) {
   cpu::matmul(att_.data(), n, a.o, out, pool_);
 }
 
-void Engine::moe_block(int64_t layer, const float* h, float* out) {
+void CpuEngine::moe_block(int64_t layer, const float* h, float* out) {
   const auto& c = model_.cfg;
   const auto& L = model_.layers[size_t(layer)];
   const int64_t n = n_rows_, H = c.hidden_size;

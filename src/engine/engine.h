@@ -28,30 +28,42 @@ struct EngineOptions {
   int64_t max_ctx = 0;  // 0: the model's max_position_embeddings
 };
 
+// What every device's forward pass offers (CpuEngine here, CudaEngine in backends/cuda).
 class Engine {
  public:
-  // `experts` null: all experts local (the local lane). `pool` null: the global pool.
-  Engine(const Model& model, EngineOptions options = {}, ExpertExecutor* experts = nullptr,
-         ThreadPool* pool = nullptr);
-
-  const Model& model() const { return model_; }
-  int64_t vocab_size() const { return model_.cfg.vocab_size; }
+  virtual ~Engine() = default;
+  virtual const Model& model() const = 0;
+  int64_t vocab_size() const { return model().cfg.vocab_size; }
 
   // A new empty sequence; InputError when max_seqs are live.
-  int add_sequence();
-  void remove_sequence(int seq);
-  int64_t seq_len(int seq) const;
+  virtual int add_sequence() = 0;
+  virtual void remove_sequence(int seq) = 0;
+  virtual int64_t seq_len(int seq) const = 0;
 
   struct Item {
     int seq;
     std::span<const int32_t> tokens;  // appended at positions seq_len(seq)...
   };
   // Runs the items as one batch. Returns logits [n_items, vocab] for each item's last token, or
-  // [total tokens, vocab] when all_logits. Token ids out of range or context overflow: InputError
-  // (nothing is appended then). The returned reference is valid until the next call.
-  const std::vector<float>& forward(std::span<const Item> items, bool all_logits = false);
+  // [total tokens, vocab] when all_logits. Token ids out of range, a sequence twice or context
+  // overflow: InputError (nothing is appended then). The reference is valid until the next call.
+  virtual const std::vector<float>& forward(std::span<const Item> items, bool all_logits = false) = 0;
 
+  // Observers (may slow a device engine down: it copies what they see to the host).
   ForwardHooks hooks;
+};
+
+class CpuEngine final : public Engine {
+ public:
+  // `experts` null: all experts local (the local lane). `pool` null: the global pool.
+  CpuEngine(const Model& model, EngineOptions options = {}, ExpertExecutor* experts = nullptr,
+            ThreadPool* pool = nullptr);
+
+  const Model& model() const override { return model_; }
+  int add_sequence() override;
+  void remove_sequence(int seq) override;
+  int64_t seq_len(int seq) const override;
+  const std::vector<float>& forward(std::span<const Item> items, bool all_logits = false) override;
 
  private:
   struct LayerCache {

@@ -14,7 +14,7 @@ class Oracle : public ::testing::TestWithParam<std::string> {};
 TEST_P(Oracle, MatchesTransformers) {
   const std::string dir = test::oracle_dir(GetParam());
   auto model = Model::load(dir);
-  Engine engine(*model);
+  CpuEngine engine(*model);
   // f32 compute vs an f32 reference: 1e-4 relative (fixture README); tokens exact.
   auto checks = verify_against(engine, dir + "/expected.safetensors");
   ASSERT_GE(checks.size(), 4u);
@@ -31,7 +31,7 @@ TEST_P(Oracle, BatchingDoesNotChangeAnswers) {
   // Alone, 3 decode steps each.
   std::vector<std::vector<float>> alone;
   for (const auto& p : prompts) {
-    Engine e(*model);
+    CpuEngine e(*model);
     GenerateRequest r;
     r.prompt = p;
     r.max_tokens = 3;
@@ -41,7 +41,7 @@ TEST_P(Oracle, BatchingDoesNotChangeAnswers) {
     alone.push_back(res[0].logits);
   }
   // Together, prefill in chunks of 2 rows.
-  Engine e(*model);
+  CpuEngine e(*model);
   std::vector<GenerateRequest> reqs;
   for (const auto& p : prompts) {
     GenerateRequest r;

@@ -1,5 +1,6 @@
 // `tandem tokenize`: text on stdin → a JSON list of token ids on stdout, or with --decode a JSON list
 // of ids on stdin → the decoded text on stdout, written as is (no newline added).
+#include <climits>
 #include <cstdio>
 #include <iostream>
 #include <iterator>

@@ -183,14 +183,15 @@ SlotView Segment::slot(uint32_t i) {
   return v;
 }
 
-bool Segment::unlink_if_ours() {
+bool Segment::still_linked() const {
   int fd = shm_open(name_.c_str(), O_RDONLY, 0);
   if (fd < 0) return false;
   struct stat st {};
   bool same = fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
   close(fd);
-  if (!same) return false;
-  return shm_unlink(name_.c_str()) == 0;
+  return same;
 }
+
+bool Segment::unlink_if_ours() { return still_linked() && shm_unlink(name_.c_str()) == 0; }
 
 }  // namespace tandem::peer

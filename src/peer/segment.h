@@ -52,6 +52,8 @@ class Segment {
   // Removes the name when it still refers to this segment (same inode), so a restarted lane's new
   // segment survives. Returns true when it removed it.
   bool unlink_if_ours();
+  // True while the lane's name still refers to this segment (false once removed or replaced).
+  bool still_linked() const;
 
  private:
   Segment() = default;

@@ -55,7 +55,12 @@ std::unique_ptr<PeerClient> PeerClient::attach(const std::string& lane, uint64_t
 std::unique_ptr<PeerClient> PeerClient::attach(std::shared_ptr<Segment> segment, uint64_t expected_fingerprint,
                                                const Geometry& geometry, const ClientOptions& options) {
   std::unique_ptr<PeerClient> client(new PeerClient(std::move(segment), options));
-  client->handshake(expected_fingerprint, geometry);
+  try {
+    client->handshake(expected_fingerprint, geometry);
+  } catch (...) {
+    client->closed_ = true;  // never attached: leave the lane's state to the peer
+    throw;
+  }
   if (options.heartbeat_interval_ms > 0) client->heartbeat_ = std::thread([c = client.get()] { c->heartbeat_loop(); });
   return client;
 }

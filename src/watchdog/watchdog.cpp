@@ -144,7 +144,7 @@ TripCause cause_of(Verdict v) {
 }
 
 // SIGTERM (+SIGCONT so a stopped process can act on it), then SIGKILL after grace. Returns what was done.
-nlohmann::json stop_process(const char* role, int32_t pid, double grace_s) {
+nlohmann::json stop_process(const char* role, int32_t pid) {
   nlohmann::json j = {{"role", role}, {"pid", pid}};
   if (!peer::signallable_pid(pid)) {
     j["action"] = "skipped (pid not signallable)";
@@ -196,8 +196,8 @@ int enforce(peer::Segment& seg, const WatchdogOptions& o, const Finding& f) {
   const int32_t peer_pid = h.peer_pid.load(std::memory_order_relaxed);
   const int32_t primary_pid = h.primary_pid.load(std::memory_order_relaxed);
   nlohmann::json stopped = nlohmann::json::array();
-  stopped.push_back(stop_process("peer", peer_pid, o.grace_s));
-  if (primary_pid != 0 && primary_pid != peer_pid) stopped.push_back(stop_process("primary", primary_pid, o.grace_s));
+  stopped.push_back(stop_process("peer", peer_pid));
+  if (primary_pid != 0 && primary_pid != peer_pid) stopped.push_back(stop_process("primary", primary_pid));
   const uint64_t grace_end = peer::now_ns() + uint64_t(o.grace_s * 1e9);
   std::vector<int32_t> pids = {peer_pid, primary_pid};
   while (!all_gone(pids) && peer::now_ns() < grace_end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -208,7 +208,8 @@ int enforce(peer::Segment& seg, const WatchdogOptions& o, const Finding& f) {
       j["action"] = "sigterm+sigkill";
     }
   }
-  const bool removed = seg.unlink_if_ours();
+  // The peer, stopping on SIGTERM, may have removed it already: report whether it is gone.
+  const bool removed = seg.unlink_if_ours() || !seg.still_linked();
   nlohmann::json line = {{"event", "lane_tripped"},
                          {"lane", o.lane},
                          {"mode", "enforce"},

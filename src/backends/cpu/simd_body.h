@@ -86,8 +86,36 @@ TANDEM_SIMD_FN void matmul_rows(const MatmulArgs& a, int64_t r, int64_t m0, int6
   for (; j < m1; ++j) matmul_tile<D, R, 1>(x, a.x_stride, w + j * a.k, a.k, y + j, a.y_stride, a.accumulate);
 }
 
+// Rows [r0, r1) of x against the C rows of W at j, in tiles of up to 4 rows.
+template <DType D, int C>
+TANDEM_SIMD_FN void matmul_row_tiles(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t j) {
+  const WT<D>* w = static_cast<const WT<D>*>(a.w) + j * a.k;
+  auto at = [&](int64_t r) { return a.x + r * a.x_stride; };
+  auto out = [&](int64_t r) { return a.y + r * a.y_stride + j; };
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) matmul_tile<D, 4, C>(at(r), a.x_stride, w, a.k, out(r), a.y_stride, a.accumulate);
+  switch (r1 - r) {
+    case 3: matmul_tile<D, 3, C>(at(r), a.x_stride, w, a.k, out(r), a.y_stride, a.accumulate); break;
+    case 2: matmul_tile<D, 2, C>(at(r), a.x_stride, w, a.k, out(r), a.y_stride, a.accumulate); break;
+    case 1: matmul_tile<D, 1, C>(at(r), a.x_stride, w, a.k, out(r), a.y_stride, a.accumulate); break;
+    default: break;
+  }
+}
+
+// Decode-sized n (<= kFewRows): one pass over W, every row of x per W tile, so each weight byte comes
+// from DRAM once and is used n times while it is in L1 (the next tile streams in meanwhile).
+// Larger n: 4 rows of x at a time against the whole block of W, which the caller sized to stay in L2.
+constexpr int64_t kFewRows = 8;
+
 template <DType D>
 TANDEM_SIMD_FN void matmul_block_t(const MatmulArgs& a, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+  constexpr int kCols = 4;
+  if (n1 - n0 <= kFewRows) {
+    int64_t j = m0;
+    for (; j + kCols <= m1; j += kCols) matmul_row_tiles<D, kCols>(a, n0, n1, j);
+    for (; j < m1; ++j) matmul_row_tiles<D, 1>(a, n0, n1, j);
+    return;
+  }
   constexpr int kRows = 4;
   int64_t r = n0;
   for (; r + kRows <= n1; r += kRows) matmul_rows<D, kRows>(a, r, m0, m1);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -72,9 +74,8 @@ std::string fingerprint_text(const ModelConfig& cfg, std::vector<TensorMeta> ten
   for (size_t i = 0; i + 1 < tensors.size(); ++i)
     TANDEM_ASSERT(tensors[i].name != tensors[i + 1].name, "tensor {} listed twice", tensors[i].name);
   for (const TensorMeta& t : tensors) {
-    std::string dims;
-    for (int d = 0; d < t.shape.ndim; ++d) dims += (d ? "," : "") + std::to_string(t.shape[d]);
-    line("tensor", fmt::format("{} {} [{}]", t.name, dtype_name(t.dtype), dims));
+    std::vector<int64_t> dims(t.shape.dims.begin(), t.shape.dims.begin() + t.shape.ndim);
+    line("tensor", fmt::format("{} {} [{}]", t.name, dtype_name(t.dtype), fmt::join(dims, ",")));
   }
   return s;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 
@@ -28,10 +29,48 @@ json parse_file(const std::string& path) {
   return parse(ss.str(), path);
 }
 
+static void dump_to(const json& j, int indent, std::string& out) {
+  const std::string pad(size_t(indent + 1), ' '), close(size_t(indent), ' ');
+  if (j.is_object() && !j.empty()) {
+    std::vector<std::string> keys;
+    if (j.contains("schema")) keys.push_back("schema");
+    for (const auto& [key, v] : j.items())
+      if (key != "schema") keys.push_back(key);
+    out += "{\n";
+    for (size_t i = 0; i < keys.size(); ++i) {
+      out += pad + json(keys[i]).dump() + ": ";
+      dump_to(j[keys[i]], indent + 1, out);
+      out += i + 1 < keys.size() ? ",\n" : "\n";
+    }
+    out += close + "}";
+    return;
+  }
+  bool structured = false;
+  if (j.is_array())
+    for (const json& v : j) structured = structured || v.is_structured();
+  if (!structured) {
+    out += j.dump();
+    return;
+  }
+  out += "[\n";
+  for (size_t i = 0; i < j.size(); ++i) {
+    out += pad;
+    dump_to(j[i], indent + 1, out);
+    out += i + 1 < j.size() ? ",\n" : "\n";
+  }
+  out += close + "]";
+}
+
+std::string dump_readable(const json& j) {
+  std::string out;
+  dump_to(j, 0, out);
+  return out + "\n";
+}
+
 void write_file(const std::string& path, const json& j) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) fail("{}: cannot open file for writing", path);
-  f << j.dump(1) << '\n';
+  f << dump_readable(j);
   f.flush();
   if (!f) fail("{}: write error", path);
 }

@@ -15,7 +15,10 @@ namespace tandem::placement_json {
 nlohmann::json parse(std::string_view text, std::string_view source);
 // Reads a whole file and parses it; a missing or unreadable file is an InputError.
 nlohmann::json parse_file(const std::string& path);
-// Writes j (indented) to path, failing with an InputError when the file cannot be written.
+// Readable, diff-friendly text: objects one member a line ("schema" first, then by key), arrays of
+// scalars on one line (a layer's expert ids or counts), other arrays one element a line.
+std::string dump_readable(const nlohmann::json& j);
+// Writes dump_readable(j) to path, failing with an InputError when the file cannot be written.
 void write_file(const std::string& path, const nlohmann::json& j);
 
 // j must be an object; returns j[key] or fails ("<source>: missing field <where>.<key>").

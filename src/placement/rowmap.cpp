@@ -55,13 +55,10 @@ std::string compute_rowmap_fingerprint(const Rowmap& rm) {
   h.add("\n");
   auto list = [&](std::string_view name, std::vector<int32_t> ids) {
     std::sort(ids.begin(), ids.end());
-    h.add(name);
-    h.add("=");
-    for (size_t i = 0; i < ids.size(); ++i) h.add((i ? "," : "") + std::to_string(ids[i]));
-    h.add("\n");
+    h.add(fmt::format("{}={}\n", name, fmt::join(ids, ",")));
   };
   for (const RowmapLayer& l : rm.layers) {
-    h.add("layer=" + std::to_string(l.layer) + "\n");
+    h.add(fmt::format("layer={}\n", l.layer));
     list("hot", l.hot);
     list("cold", l.cold);
   }

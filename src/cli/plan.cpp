@@ -83,13 +83,10 @@ int run_evaluate(const PlanArgs& a) {
     validate_stats(stats, m.cfg, m.fingerprint, a.stats);
   }
   Evaluation ev = evaluate(rm, stats, a.stats);
+  int64_t planned_tokens = 0;
+  for (const auto& [kind, t] : rm.source.tokens) planned_tokens += t;
   fmt::print("rowmap {} ({} policy, planned on {} tokens) on {} ({} tokens, {} mode)\n", a.evaluate,
-             rm.source.policy, [&] {
-               int64_t n = 0;
-               for (const auto& [kind, t] : rm.source.tokens) n += t;
-               return n;
-             }(),
-             a.stats, ev.tokens, profile_mode_name(stats.mode()));
+             rm.source.policy, planned_tokens, a.stats, ev.tokens, profile_mode_name(stats.mode()));
   fmt::print("{:<16} {:>12} {:>14} {:>14} {:>10}\n", "kind", "tokens", "cold measured", "cold expected", "delta");
   for (const Evaluation::Kind& k : ev.kinds)
     fmt::print("{:<16} {:>12} {:>14} {:>14} {:>10}\n", k.kind, k.tokens, percent(k.measured),

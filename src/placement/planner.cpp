@@ -3,7 +3,6 @@
 #include "placement/planner.h"
 
 #include <algorithm>
-#include <numeric>
 #include <set>
 
 #include "core/error.h"

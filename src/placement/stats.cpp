@@ -2,6 +2,7 @@
 #include "placement/stats.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include <fmt/ranges.h>
@@ -214,42 +215,54 @@ ExpertStats ExpertStats::from_json(const json& j, std::string_view source) {
   ExpertStats st(fingerprint, model_type, *mode, moe_layers, n_expert, k);
 
   const json& jt = pj::object_field(j, "tokens", source, "");
-  for (const auto& [kind, v] : jt.items()) {
-    if (kind.empty()) fail("{}: tokens has an empty kind name", source);
-    st.kind_counts(kind).tokens = pj::int_value(v, 0, kMaxCount, source, fmt::format("tokens.{}", kind));
-  }
   const json& layers = pj::array_field(j, "layers", source, "");
   if (layers.size() != moe_layers.size())
     fail("{}: layers has {} entries, moe_layers lists {}", source, layers.size(), moe_layers.size());
+  // Shapes first, so the counters allocated below are bounded by what the document really holds.
   for (size_t s = 0; s < layers.size(); ++s) {
     std::string where = fmt::format("layers[{}]", s);
     int64_t layer = pj::int_field(layers[s], "layer", 0, 1 << 20, source, where);
     if (layer != moe_layers[s])
       fail("{}: {}.layer is {}, moe_layers[{}] is {}", source, where, layer, s, moe_layers[s]);
-    const json& jr = pj::object_field(layers[s], "rows", source, where);
-    const json& jg = pj::object_field(layers[s], "gate_weight", source, where);
-    for (const json* part : {&jr, &jg})
-      for (const auto& [kind, v] : part->items())
+    for (const char* part : {"rows", "gate_weight"}) {
+      const json& jp = pj::object_field(layers[s], part, source, where);
+      for (const auto& [kind, v] : jp.items())
         if (!jt.contains(kind)) fail("{}: {} has kind \"{}\" that tokens does not list", source, where, kind);
+      for (const auto& [kind, v] : jt.items()) {
+        const json& a = pj::array_field(jp, kind, source, fmt::format("{}.{}", where, part));
+        if (int64_t(a.size()) != n_expert)
+          fail("{}: {}.{}.{} has {} entries, n_expert is {}", source, where, part, kind, a.size(), n_expert);
+      }
+    }
+  }
+  for (const auto& [kind, v] : jt.items()) {
+    if (kind.empty()) fail("{}: tokens has an empty kind name", source);
+    st.kind_counts(kind).tokens = pj::int_value(v, 0, kMaxCount, source, fmt::format("tokens.{}", kind));
+  }
+  for (size_t s = 0; s < layers.size(); ++s) {
     for (auto& [kind, c] : st.kinds_) {
-      std::string wk = fmt::format("{}.rows.{}", where, kind);
-      std::string wg = fmt::format("{}.gate_weight.{}", where, kind);
-      const json& rows = pj::array_field(jr, kind, source, where + ".rows");
-      const json& gw = pj::array_field(jg, kind, source, where + ".gate_weight");
-      if (int64_t(rows.size()) != n_expert) fail("{}: {} has {} entries, n_expert is {}", source, wk, rows.size(), n_expert);
-      if (int64_t(gw.size()) != n_expert) fail("{}: {} has {} entries, n_expert is {}", source, wg, gw.size(), n_expert);
+      const json& rows = layers[s]["rows"][kind];
+      const json& gw = layers[s]["gate_weight"][kind];
+      auto what = [&](const char* part, int64_t e) { return fmt::format("layers[{}].{}.{}[{}]", s, part, kind, e); };
       int64_t sum = 0;
       for (int64_t e = 0; e < n_expert; ++e) {
-        int64_t r = pj::int_value(rows[size_t(e)], 0, kMaxCount, source, fmt::format("{}[{}]", wk, e));
-        c.rows[size_t(int64_t(s) * n_expert + e)] = r;
-        c.gate_weight[size_t(int64_t(s) * n_expert + e)] =
-            pj::nonneg_number(gw[size_t(e)], source, fmt::format("{}[{}]", wg, e));
-        sum += r;
-        if (sum > kMaxCount) fail("{}: {} sums past the counter range", source, wk);
+        const json& r = rows[size_t(e)];
+        const json& g = gw[size_t(e)];
+        // Fast path for well-formed values; the checked readers produce the error message.
+        int64_t n = r.is_number_unsigned() && r.get<uint64_t>() <= uint64_t(kMaxCount)
+                        ? int64_t(r.get<uint64_t>())
+                        : pj::int_value(r, 0, kMaxCount, source, what("rows", e));
+        double w = g.is_number_float() && g.get<double>() >= 0 && std::isfinite(g.get<double>())
+                       ? g.get<double>()
+                       : pj::nonneg_number(g, source, what("gate_weight", e));
+        c.rows[size_t(int64_t(s) * n_expert + e)] = n;
+        c.gate_weight[size_t(int64_t(s) * n_expert + e)] = w;
+        sum += n;
+        if (sum > kMaxCount) fail("{}: layers[{}].rows.{} sums past the counter range", source, s, kind);
       }
       if (c.tokens > kMaxCount / k || sum > c.tokens * k)
-        fail("{}: {} sums to {} rows, more than tokens.{} ({}) × n_expert_used ({})", source, wk, sum, kind,
-             c.tokens, k);
+        fail("{}: layers[{}].rows.{} sums to {} rows, more than tokens.{} ({}) × n_expert_used ({})", source, s,
+             kind, sum, kind, c.tokens, k);
     }
   }
   if (j.contains("meta")) {

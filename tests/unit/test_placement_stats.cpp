@@ -150,6 +150,8 @@ TEST(PlacementStats, RejectsBadDocuments) {
       {"more rows than tokens × k", [](auto& j) { j["tokens"]["prose"] = 1; }, "more than tokens.prose"},
       {"tokens not an object", [](auto& j) { j["tokens"] = 4; }, "tokens must be an object"},
       {"meta not strings", [](auto& j) { j["meta"] = {{"n", 1}}; }, "meta.n"},
+      {"huge declared shape (rejected before allocating)", [](auto& j) { j["n_expert"] = 1 << 20; },
+       "n_expert is 1048576"},
       {"not an object", [](auto& j) { j = nlohmann::json::array(); }, "JSON object"},
   };
   for (const BadCase& c : cases) {

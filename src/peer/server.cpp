@@ -244,10 +244,10 @@ void PeerServer::serve_one(uint32_t slot, uint64_t seq) {
   s.response->n_rows = n_rows;
   write_bounded(s.response->detail, kDetailBytes, detail_);
   answered_[slot] = seq;
+  served_.fetch_add(1, std::memory_order_relaxed);  // counted before the answer is published
   // seq_cst: the Dekker pair with the primary's (primary_waiting = 1; load seq).
   s.response->seq.store(seq, std::memory_order_seq_cst);
   if (s.response->primary_waiting.load(std::memory_order_seq_cst) != 0) futex_wake_all_low(&s.response->seq);
-  ++served_;
   h.peer_served.fetch_add(1, std::memory_order_relaxed);
   h.peer_progress_ns.store(now_ns(), std::memory_order_relaxed);
 }
@@ -259,7 +259,7 @@ ServeEnd PeerServer::finish(ServeEnd end) {
     h.state.compare_exchange_strong(st, uint32_t(LaneState::kStopped), std::memory_order_acq_rel);
   for (uint32_t i = 0; i < segment_->geometry().n_slots; ++i) futex_wake_all_low(&segment_->slot(i).response->seq);
   bool removed = segment_->unlink_if_ours();
-  spdlog::info("lane {}: peer exits ({}), {} requests served, segment {}", segment_->lane(), to_string(end), served_,
+  spdlog::info("lane {}: peer exits ({}), {} requests served, segment {}", segment_->lane(), to_string(end), served_.load(),
                removed ? "removed" : "already gone");
   return end;
 }

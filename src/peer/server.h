@@ -49,7 +49,7 @@ class PeerServer {
   // Async-signal-safe: serve() returns kStopped soon after.
   void request_stop() { stop_.store(true, std::memory_order_relaxed); }
   Segment& segment() { return *segment_; }
-  uint64_t served() const { return served_; }
+  uint64_t served() const { return served_.load(); }
 
  private:
   bool handle_attach();  // false when the primary was refused
@@ -67,7 +67,7 @@ class PeerServer {
   std::vector<uint64_t> answered_;  // per slot: last request seq answered
   uint32_t acked_attach_ = 0;
   int32_t primary_pid_ = 0;  // 0 until a primary is accepted
-  uint64_t served_ = 0;
+  std::atomic<uint64_t> served_{0};
   std::vector<int32_t> ids_;    // [max_rows, max_k] private copy of the request's ids
   std::vector<float> weights_;  // [max_rows, max_k]
   std::string detail_;

@@ -1,5 +1,5 @@
 // Options shared by the commands that run a model (generate, verify, profile, check, bench) and the
-// set-up they share: load the model, pick the lane, build the engine.
+// set-up they share: load the model, pick the device and the lane, build the engine.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,6 +9,8 @@
 
 #include "engine/engine.h"
 #include "models/model.h"
+#include "moe/peer_lane.h"
+#include "placement/rowmap.h"
 
 namespace tandem::cli {
 
@@ -18,16 +20,23 @@ struct ModelOptions {
   int64_t max_ctx = 0;
   std::string device = "cpu";
   std::string lane = "local";
+  std::string peer;     // --peer NAME (lane peer)
+  std::string rowmap;   // --rowmap R (lanes peer and host)
+  uint64_t peer_spin_limit_us = 50;
+  int64_t peer_check = 0;
 };
 
-// --model (required), --threads, --ctx, --device, --lane.
+// --model (required), --threads, --ctx, --device, --lane, --peer, --rowmap, --peer-spin-limit, --peer-check.
 void add_model_options(CLI::App& app, ModelOptions& o);
 
 // A model with its engine on the chosen device and lane.
 struct Runtime {
   std::unique_ptr<Model> model;
-  std::unique_ptr<ExpertExecutor> experts;  // null: local lane
+  std::unique_ptr<Rowmap> rowmap;            // lanes that split experts
+  std::unique_ptr<PeerExperts> peer;         // lane peer on the CPU
   std::unique_ptr<Engine> engine;
+  // Counters of the lane, for the closing summary ("" for the local lane).
+  std::string lane_summary() const;
 };
 Runtime make_runtime(const ModelOptions& o, int64_t max_seqs = 64);
 

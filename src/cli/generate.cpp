@@ -117,6 +117,7 @@ RunFn setup(CLI::App& app) {
       j["decode_seconds"] = st.decode_seconds;
       j["decode_tokens_per_second"] = tps;
       fmt::print("{}\n", j.dump());
+      if (std::string lane = rt.lane_summary(); !lane.empty()) fmt::print(stderr, "{}\n", lane);
       return 0;
     }
     if (stream) {
@@ -133,6 +134,7 @@ RunFn setup(CLI::App& app) {
     }
     fmt::print(stderr, "generate: {} prompt tokens, {} generated; prefill {:.3f} s, decode {:.2f} tokens/s\n",
                st.prompt_tokens, st.generated_tokens, st.prefill_seconds, tps);
+    if (std::string lane = rt.lane_summary(); !lane.empty()) fmt::print(stderr, "{}\n", lane);
     return 0;
   };
 }

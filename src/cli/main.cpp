@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
     } catch (const InputError& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       return kExitBadInput;
+    } catch (const std::exception& e) {  // a run-time failure: a tripped lane, an error status
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
     }
   }
   return kExitBadInput;

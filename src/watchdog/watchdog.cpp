@@ -181,6 +181,9 @@ int run_rollback(const std::string& cmd, const std::string& lane, TripCause caus
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// How long a tripped primary gets to fail its requests and exit by itself before SIGTERM.
+constexpr double kPrimaryFailWindowS = 1.0;
+
 int enforce(peer::Segment& seg, const WatchdogOptions& o, const Finding& f) {
   peer::Header& h = seg.header();
   const TripCause cause = cause_of(f.verdict);
@@ -197,7 +200,15 @@ int enforce(peer::Segment& seg, const WatchdogOptions& o, const Finding& f) {
   const int32_t primary_pid = h.primary_pid.load(std::memory_order_relaxed);
   nlohmann::json stopped = nlohmann::json::array();
   stopped.push_back(stop_process("peer", peer_pid));
-  if (primary_pid != 0 && primary_pid != peer_pid) stopped.push_back(stop_process("primary", primary_pid));
+  if (primary_pid != 0 && primary_pid != peer_pid) {
+    // The woken primary fails its requests in flight with the trip's cause and exits on its own; give
+    // it a moment to say so before it is stopped (its memory is freed either way).
+    const uint64_t fail_end = peer::now_ns() + uint64_t(std::min(o.grace_s, kPrimaryFailWindowS) * 1e9);
+    while (peer::signallable_pid(primary_pid) && peer::process_state(primary_pid) == peer::ProcessState::kAlive &&
+           peer::now_ns() < fail_end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    stopped.push_back(stop_process("primary", primary_pid));
+  }
   const uint64_t grace_end = peer::now_ns() + uint64_t(o.grace_s * 1e9);
   std::vector<int32_t> pids = {peer_pid, primary_pid};
   while (!all_gone(pids) && peer::now_ns() < grace_end) std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -1,0 +1,79 @@
+// `tandem check`: the bring-up gate. Runs real text through the peer lane with the check gate on every
+// handoff and prints, per MoE layer, the number of rows checked and the minimum cosine between the
+// peer's rows and the primary's own reference computation, then a verdict (exit 1 when it fails).
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "cli/common.h"
+#include "io/corpus.h"
+#include "io/tokenizer.h"
+
+namespace tandem::cli {
+namespace {
+
+RunFn setup(CLI::App& app) {
+  struct Opts {
+    ModelOptions model;
+    std::string corpus;
+    std::vector<std::string> kinds;
+    double min_cosine = 0.999;
+    int64_t max_tokens = 4096;
+    int64_t window = 256;
+  };
+  auto o = std::make_shared<Opts>();
+  o->model.lane = "peer";
+  o->model.peer_check = 1;
+  add_model_options(app, o->model);
+  app.add_option("--corpus", o->corpus, "JSON-lines corpus of real text")->required();
+  app.add_option("--kinds", o->kinds, "Corpus kinds to use (default: all)")->delimiter(',');
+  app.add_option("--min-cosine", o->min_cosine, "Gate: minimum per-layer cosine (default 0.999)");
+  app.add_option("--max-tokens", o->max_tokens, "Tokens of text to run (default 4096)");
+  app.add_option("--window", o->window, "Tokens per document window (default 256)");
+  return [o] {
+    if (o->model.lane != "peer") fail("check runs the peer lane (--lane peer)");
+    if (o->model.peer_check <= 0) fail("--peer-check must be >= 1 for the gate");
+    Runtime rt = make_runtime(o->model, 8);
+    Tokenizer tok = Tokenizer::load(o->model.model_dir + "/tokenizer.json");
+    auto docs = load_corpus(o->corpus, o->kinds);
+    // Round-robin over kinds so every kind is represented within the budget.
+    int64_t used = 0;
+    size_t next = 0;
+    while (used < o->max_tokens && next < docs.size()) {
+      auto ids = tok.encode(docs[next++].text);
+      if (ids.empty()) continue;
+      int64_t n = std::min<int64_t>({int64_t(ids.size()), o->window, o->max_tokens - used});
+      int seq = rt.engine->add_sequence();
+      Engine::Item item{seq, std::span<const int32_t>(ids.data(), size_t(n))};
+      try {
+        rt.engine->forward(std::span<const Engine::Item>(&item, 1));
+      } catch (...) {
+        rt.engine->remove_sequence(seq);
+        throw;
+      }
+      rt.engine->remove_sequence(seq);
+      used += n;
+    }
+    const auto& checks = rt.peer->checks();
+    bool pass = true;
+    int64_t total = 0;
+    double worst = 1.0;
+    fmt::print("{:>6} {:>10} {:>12}\n", "layer", "checks", "min cosine");
+    for (size_t l = 0; l < checks.size(); ++l) {
+      if (!rt.model->cfg.layer_is_moe[l]) continue;
+      const auto& c = checks[l];
+      bool ok = c.checks > 0 && c.min_cosine >= o->min_cosine;
+      pass = pass && ok;
+      total += c.checks;
+      worst = std::min(worst, c.min_cosine);
+      fmt::print("{:>6} {:>10} {:>12.6f}{}\n", l, c.checks, c.min_cosine, c.checks == 0 ? "  (no rows reached the peer)" : ok ? "" : "  FAIL");
+    }
+    fmt::print("{}\n", rt.lane_summary());
+    fmt::print("check: {} tokens, {} row checks, minimum cosine {:.6f}, bar {} -> {}\n", used, total, worst,
+               o->min_cosine, pass ? "PASS" : "FAIL");
+    return pass ? 0 : 1;
+  };
+}
+
+}  // namespace
+TANDEM_COMMAND(check, "check", "Bring-up gate: compare the peer's rows with a reference computation, per layer", setup);
+}  // namespace tandem::cli

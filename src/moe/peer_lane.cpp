@@ -1,0 +1,122 @@
+// The sidecar lane on the primary (see peer_lane.h).
+#include "moe/peer_lane.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/model.h"
+#include "placement/fingerprint.h"
+
+namespace tandem {
+
+uint64_t lane_fingerprint(const Rowmap& rowmap) {
+  Fnv1a64 h;
+  h.add("tandem.lane/1:");
+  h.add(rowmap.rowmap_fingerprint);
+  return h.value();
+}
+
+PeerExperts::PeerExperts(const Model& model, const Rowmap& rowmap, const PeerLaneOptions& options, ThreadPool& pool)
+    : model_(model), pool_(pool), options_(options) {
+  const auto& c = model.cfg;
+  cold_.assign(size_t(c.n_layer), std::vector<uint8_t>(size_t(c.n_expert), 0));
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (c.layer_is_moe[size_t(l)])
+      for (int64_t e = 0; e < c.n_expert; ++e) cold_[size_t(l)][size_t(e)] = rowmap.is_cold(l, int32_t(e));
+  peer::Geometry g;
+  g.n_slots = 1;
+  g.max_rows = 1;  // the least we need; requests are chunked by what the peer offers
+  g.hidden = uint32_t(c.hidden_size);
+  g.max_k = uint32_t(c.n_expert_used);
+  peer::ClientOptions co;
+  co.spin_limit_us = options.spin_limit_us;
+  co.attach_timeout_s = options.attach_timeout_s;
+  client_ = peer::PeerClient::attach(options.lane, lane_fingerprint(rowmap), g, co);
+  handoffs_per_layer_.assign(size_t(c.n_layer), 0);
+  checks_.assign(size_t(c.n_layer), LayerCheck{});
+  spdlog::info("lane {}: attached (peer offers {} rows per request)", options.lane, client_->geometry().max_rows);
+}
+
+void PeerExperts::run(int64_t layer, const float* x, int64_t n_rows, const Routing& routing, float* out) {
+  const int64_t k = routing.k, H = model_.cfg.hidden_size;
+  const auto& cold = cold_[size_t(layer)];
+  // Split every (row, slot) into the hot or the cold routing; rows with a cold slot go to the peer.
+  hot_ids_.assign(routing.ids.begin(), routing.ids.end());
+  cold_rows_.clear();
+  cold_ids_.clear();
+  cold_w_.clear();
+  for (int64_t r = 0; r < n_rows; ++r) {
+    bool any = false;
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t e = routing.ids[size_t(r * k + j)];
+      if (e >= 0 && cold[size_t(e)]) any = true;
+    }
+    if (!any) continue;
+    cold_rows_.push_back(r);
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t e = routing.ids[size_t(r * k + j)];
+      bool is_cold = e >= 0 && cold[size_t(e)];
+      cold_ids_.push_back(is_cold ? e : -1);
+      cold_w_.push_back(is_cold ? routing.weights[size_t(r * k + j)] : 0.0f);
+      if (is_cold) {
+        hot_ids_[size_t(r * k + j)] = -1;
+        ++cold_slots_;
+      }
+    }
+  }
+  for (int32_t e : routing.ids) routed_slots_ += e >= 0;
+  const int64_t m = int64_t(cold_rows_.size());
+  cold_x_.resize(size_t(m * H));
+  cold_out_.resize(size_t(m * H));
+  for (int64_t i = 0; i < m; ++i) std::copy(x + cold_rows_[size_t(i)] * H, x + (cold_rows_[size_t(i)] + 1) * H, cold_x_.begin() + i * H);
+
+  // Hand the cold rows over in chunks the peer can take; the first chunk's compute overlaps ours.
+  const int64_t cap = int64_t(client_->geometry().max_rows);
+  int64_t sent = 0;
+  auto submit_next = [&] {
+    int64_t count = std::min(cap, m - sent);
+    client_->submit(0, int(layer), cold_x_.data() + sent * H, count, cold_ids_.data() + sent * k,
+                    cold_w_.data() + sent * k, k);
+    return count;
+  };
+  int64_t in_flight = m > 0 ? submit_next() : 0;
+  run_experts_cpu(model_.layers[size_t(layer)].experts, x, n_rows, H, hot_ids_.data(), routing.weights.data(), k, out,
+                  pool_);
+  while (in_flight > 0) {
+    client_->wait(0, cold_out_.data() + sent * H);  // no deadline: dark beats wrong
+    sent += in_flight;
+    rows_sent_ += uint64_t(in_flight);
+    in_flight = sent < m ? submit_next() : 0;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    float* o = out + cold_rows_[size_t(i)] * H;
+    const float* p = cold_out_.data() + i * H;
+    for (int64_t h = 0; h < H; ++h) o[h] += p[h];
+  }
+  if (m == 0) return;
+  // Check gate: every Nth handoff of this layer, recompute the cold rows here and compare.
+  int64_t nth = handoffs_per_layer_[size_t(layer)]++;
+  if (options_.check_every <= 0 || nth % options_.check_every != 0) return;
+  ref_out_.resize(size_t(m * H));
+  run_experts_cpu(model_.layers[size_t(layer)].experts, cold_x_.data(), m, H, cold_ids_.data(), cold_w_.data(), k,
+                  ref_out_.data(), pool_);
+  auto& chk = checks_[size_t(layer)];
+  for (int64_t i = 0; i < m; ++i) {
+    const float* a = cold_out_.data() + i * H;
+    const float* b = ref_out_.data() + i * H;
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t h = 0; h < H; ++h) {
+      ab += double(a[h]) * b[h];
+      aa += double(a[h]) * a[h];
+      bb += double(b[h]) * b[h];
+    }
+    double cos = (aa == 0 && bb == 0) ? 1.0 : (aa == 0 || bb == 0) ? 0.0 : ab / std::sqrt(aa * bb);
+    if (!std::isfinite(cos)) cos = -1.0;
+    chk.min_cosine = std::min(chk.min_cosine, cos);
+    ++chk.checks;
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,63 @@
+// The sidecar lane on the primary: per MoE layer and step, rows routed to cold experts go to the peer
+// (with their cold expert ids and gate weights; hot slots masked to -1) while the hot experts run
+// here; the peer's weighted rows are then added in. run() returns only with every row complete — a
+// peer that does not answer keeps it waiting (spin, then block, no deadline); a tripped lane or an
+// error status throws, failing the request. The check gate recomputes every Nth handoff per layer on
+// the primary's own reference path and records the per-row cosine.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moe/executor.h"
+#include "peer/client.h"
+#include "placement/rowmap.h"
+
+namespace tandem {
+
+// The 64-bit fingerprint both sides of a lane put in the shared-memory header: a hash of the rowmap's
+// fingerprint, which itself covers the model fingerprint and every hot/cold list.
+uint64_t lane_fingerprint(const Rowmap& rowmap);
+
+struct PeerLaneOptions {
+  std::string lane;              // --peer NAME
+  uint64_t spin_limit_us = 50;   // --peer-spin-limit
+  int64_t check_every = 0;       // --peer-check N: 0 = off
+  double attach_timeout_s = 30;
+};
+
+struct LayerCheck {
+  int64_t checks = 0;        // rows compared
+  double min_cosine = 1.0;
+};
+
+class PeerExperts final : public ExpertExecutor {
+ public:
+  // rowmap must already be validated against model. Throws InputError when the lane can't be attached.
+  PeerExperts(const Model& model, const Rowmap& rowmap, const PeerLaneOptions& options, ThreadPool& pool);
+  void run(int64_t layer, const float* x, int64_t n_rows, const Routing& routing, float* out) override;
+
+  peer::ClientStats stats() const { return client_->stats(); }
+  uint64_t rows_sent() const { return rows_sent_; }
+  uint64_t routed_slots() const { return routed_slots_; }  // (row, expert) pairs routed, hot + cold
+  uint64_t cold_slots() const { return cold_slots_; }
+  const std::vector<LayerCheck>& checks() const { return checks_; }  // [n_layer]
+  void close() { client_->close(); }
+
+ private:
+  const Model& model_;
+  ThreadPool& pool_;
+  PeerLaneOptions options_;
+  std::vector<std::vector<uint8_t>> cold_;  // [layer][expert] 1 = on the peer
+  std::unique_ptr<peer::PeerClient> client_;
+  std::vector<int64_t> handoffs_per_layer_;
+  std::vector<LayerCheck> checks_;
+  uint64_t rows_sent_ = 0, routed_slots_ = 0, cold_slots_ = 0;
+  // Scratch, grown once.
+  std::vector<int32_t> hot_ids_, cold_ids_;
+  std::vector<float> cold_w_, cold_x_, cold_out_, ref_out_;
+  std::vector<int64_t> cold_rows_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,51 @@
+// Cold experts held by the peer (see cold_experts.h).
+#include "peer/cold_experts.h"
+
+#include <cstring>
+
+#include "moe/experts.h"
+
+namespace tandem {
+
+namespace {
+// Copies a view into `dst` and returns the view re-pointed there.
+TensorView copy_to(const TensorView& v, uint8_t*& dst) {
+  std::memcpy(dst, v.data, v.nbytes());
+  TensorView out = v;
+  out.data = dst;
+  dst += (v.nbytes() + 63) / 64 * 64;
+  return out;
+}
+}  // namespace
+
+ColdExperts::ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& pool)
+    : hidden_(model.cfg.hidden_size), n_expert_(model.cfg.n_expert), pool_(pool) {
+  const auto& c = model.cfg;
+  experts_.assign(size_t(c.n_layer), std::vector<ExpertWeights>(size_t(c.n_expert)));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!c.layer_is_moe[size_t(l)]) continue;
+    for (int64_t e = 0; e < c.n_expert; ++e) {
+      if (!rowmap.is_cold(l, int32_t(e))) continue;
+      const ExpertWeights& src = model.layers[size_t(l)].experts[size_t(e)];
+      TANDEM_ASSERT(src.present(), "cold expert {}/{} not bound", l, e);
+      size_t bytes = 0;
+      for (const auto* v : {&src.gate, &src.up, &src.down}) bytes += (v->nbytes() + 63) / 64 * 64;
+      storage_.emplace_back(new uint8_t[bytes + 64]);
+      uint8_t* p = storage_.back().get();
+      p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
+      ExpertWeights& dst = experts_[size_t(l)][size_t(e)];
+      dst.gate = copy_to(src.gate, p);
+      dst.up = copy_to(src.up, p);
+      dst.down = copy_to(src.down, p);
+      bytes_ += src.nbytes();
+      ++n_cold_;
+    }
+  }
+}
+
+void ColdExperts::compute(int layer, const float* x, int64_t n_rows, const int32_t* ids, const float* weights,
+                          int64_t k, float* out) {
+  run_experts_cpu(experts_[size_t(layer)], x, n_rows, hidden_, ids, weights, k, out, pool_);
+}
+
+}  // namespace tandem

@@ -1,0 +1,39 @@
+// The CPU peer's compute: the cold experts of a rowmap, copied out of the checkpoint into memory this
+// process owns (so what it holds is exactly the cold experts' bytes), run with the CPU backend's
+// expert kernels — the same function the primary's local lane computes.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "models/model.h"
+#include "peer/compute.h"
+#include "placement/rowmap.h"
+
+namespace tandem {
+
+class ColdExperts final : public peer::PeerCompute {
+ public:
+  // `model` may have bound only the cold experts (Model::load with a filter); the rowmap must be
+  // validated against it.
+  ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& pool);
+
+  int n_layers() const override { return int(experts_.size()); }
+  int n_experts() const override { return int(n_expert_); }
+  bool is_cold(int layer, int expert) const override { return experts_[size_t(layer)][size_t(expert)].present(); }
+  void compute(int layer, const float* x, int64_t n_rows, const int32_t* ids, const float* weights, int64_t k,
+               float* out) override;
+
+  size_t bytes_held() const { return bytes_; }
+  int64_t n_cold() const { return n_cold_; }
+
+ private:
+  int64_t hidden_ = 0, n_expert_ = 0, n_cold_ = 0;
+  size_t bytes_ = 0;
+  ThreadPool& pool_;
+  std::vector<std::vector<ExpertWeights>> experts_;  // [n_layer][n_expert]; only cold ones present
+  std::vector<std::unique_ptr<uint8_t[]>> storage_;
+};
+
+}  // namespace tandem

@@ -137,6 +137,20 @@ TEST_F(PeerLane, SameGreedyTokensAsLocalAndHoldsOnlyColdBytes) {
   EXPECT_EQ(std::stoll(m[2]), 3 * 11 * 12288);
 }
 
+TEST_F(PeerLane, LaneCommandShowsTheCounters) {
+  const std::string lane = unique_lane("status");
+  Peer peer(model_, rowmap_, lane, tmp);
+  ASSERT_TRUE(peer.wait_serving());
+  auto r = test::run_tandem({"lane", "--lane", lane, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["state"], "serving");
+  EXPECT_EQ(j["handoffs"], 0);
+  EXPECT_EQ(j["peer_pid"], peer.child.pid);
+  auto missing = test::run_tandem({"lane", "--lane", unique_lane("nobody")});
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+}
+
 TEST_F(PeerLane, ForeignRowmapIsRefusedByBothSides) {
   const std::string other = tmp.file("other.rowmap.json");
   write_rowmap(model_, other, [](int64_t, int64_t e) { return e % 4 == 0; });

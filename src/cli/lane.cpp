@@ -1,0 +1,68 @@
+// `tandem lane --lane NAME`: the lane's counters as the shared-memory header holds them right now —
+// state, pids, handoffs, wait time (mean, max, p50/p99 from the histogram), spin-limit overruns, peer
+// errors, seconds since each side's last heartbeat. Read-only; safe on a serving lane.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "peer/segment.h"
+#include "peer/sync.h"
+
+namespace tandem::cli {
+namespace {
+
+RunFn setup(CLI::App& app) {
+  auto lane = std::make_shared<std::string>();
+  auto json_out = std::make_shared<bool>(false);
+  app.add_option("--lane", *lane, "Lane name")->required();
+  app.add_flag("--json", *json_out, "One JSON object instead of a table");
+  return [lane, json_out] {
+    auto seg = peer::Segment::open(*lane, 0.0);
+    auto& h = seg->header();
+    const uint64_t now = peer::now_ns();
+    const uint64_t handoffs = h.handoffs.load();
+    std::vector<uint64_t> hist(peer::kWaitBuckets);
+    for (size_t i = 0; i < hist.size(); ++i) hist[i] = h.wait_hist[i].load();
+    auto quantile = [&](double q) -> std::string {
+      uint64_t total = 0;
+      for (uint64_t v : hist) total += v;
+      if (total == 0) return "-";
+      uint64_t target = uint64_t(std::ceil(q * double(total))), seen = 0;
+      for (size_t i = 0; i < hist.size(); ++i) {
+        seen += hist[i];
+        if (seen >= target) return i == 0 ? "<1 us" : fmt::format("<{} us", uint64_t(1) << i);
+      }
+      return "-";
+    };
+    auto age = [&](uint64_t t) { return t ? double(now - std::min(now, t)) / 1e9 : -1.0; };
+    nlohmann::json j = {
+        {"lane", *lane},
+        {"state", peer::to_string(peer::LaneState(h.state.load()))},
+        {"trip_cause", peer::to_string(peer::TripCause(h.trip_cause.load()))},
+        {"peer_pid", h.peer_pid.load()},
+        {"primary_pid", h.primary_pid.load()},
+        {"handoffs", handoffs},
+        {"overruns", h.overruns.load()},
+        {"wait_mean_us", handoffs ? double(h.wait_ns_total.load()) / double(handoffs) / 1e3 : 0.0},
+        {"wait_max_us", double(h.wait_ns_max.load()) / 1e3},
+        {"wait_p50", quantile(0.5)},
+        {"wait_p99", quantile(0.99)},
+        {"wait_histogram_us_pow2", hist},
+        {"peer_served", h.peer_served.load()},
+        {"peer_errors", h.peer_errors.load()},
+        {"peer_heartbeat_age_s", age(h.peer_heartbeat_ns.load())},
+        {"primary_heartbeat_age_s", age(h.primary_heartbeat_ns.load())}};
+    if (*json_out) {
+      fmt::print("{}\n", j.dump());
+      return 0;
+    }
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (it.key() != "wait_histogram_us_pow2") fmt::print("{:<24} {}\n", it.key(), it.value().dump());
+    return 0;
+  };
+}
+
+}  // namespace
+TANDEM_COMMAND(lane, "lane", "Show a lane's shared-memory counters (state, handoffs, waits, overruns)", setup);
+}  // namespace tandem::cli

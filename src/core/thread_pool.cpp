@@ -1,8 +1,11 @@
-// Thread pool (see thread_pool.h). Chunks are handed out through an atomic cursor so uneven work
-// balances itself; the job is published by bumping `generation_`.
+// Thread pool (see thread_pool.h). A job is published by making generation_ odd; workers join it by
+// bumping active_ and re-reading generation_ (seq_cst on both sides, so either the caller sees the
+// worker as active or the worker sees the job closed), claim chunks through an atomic cursor, and the
+// caller closes the job (generation_ even) and waits for active_ == 0 before touching the job fields.
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include "core/error.h"
@@ -16,6 +19,13 @@
 
 namespace tandem {
 
+namespace {
+// How long an idle worker spins before it blocks. Decode calls kernels back to back, a few µs apart.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+// Spins of the caller waiting for the last chunks before it starts yielding its core.
+constexpr int kCallerSpins = 4096;
+}  // namespace
+
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
@@ -23,70 +33,137 @@ ThreadPool::ThreadPool(int n_threads) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_.store(true);
-    generation_.fetch_add(1);
-  }
+  stop_.store(true, std::memory_order_seq_cst);
+  { std::lock_guard<std::mutex> lock(mutex_); }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_job(int index) {
-  if (all_fn_) {
-    (*all_fn_)(index);
-    return;
-  }
+void ThreadPool::wake_sleepers() {
+  if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  // Taking the mutex orders this notify after any sleeper's last check of generation_.
+  { std::lock_guard<std::mutex> lock(mutex_); }
+  wake_.notify_all();
+}
+
+void ThreadPool::run_chunks() {
   for (;;) {
-    int64_t begin = next_.fetch_add(chunk_);
-    if (begin >= n_) break;
-    (*fn_)(begin, std::min(n_, begin + chunk_));
+    int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+    if (i >= n_chunks_) return;
+    int64_t begin = i * chunk_;
+    fn_(ctx_, begin, std::min(n_, begin + chunk_));
+    done_.fetch_add(1, std::memory_order_release);
   }
 }
 
 void ThreadPool::worker_loop(int index) {
-  uint64_t seen = 0;
+  uint64_t seen = 0;  // the last job this worker joined or saw closed
   for (;;) {
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < 20000; ++spin) {
+    uint64_t gen = 0;
+    auto ready = [&] {
+      gen = generation_.load(std::memory_order_seq_cst);
+      return ((gen & 1) != 0 && gen != seen) || stop_.load(std::memory_order_relaxed);
+    };
+    if (!ready()) {
+      auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+      for (int spin = 1; !ready(); ++spin) {
+        TANDEM_CPU_RELAX();
+        if (spin % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
+      }
+      if (!ready()) {
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          wake_.wait(lock, ready);
+        }
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    if (stop_.load(std::memory_order_relaxed)) return;
+    active_.fetch_add(1, std::memory_order_seq_cst);
+    uint64_t now = generation_.load(std::memory_order_seq_cst);
+    if ((now & 1) != 0) {
+      // Joined an open job (possibly newer than `gen`); the caller waits for us before it changes
+      // the job fields. An all-job cannot close without us, so we never miss one.
+      seen = now;
+      switch (kind_) {
+        case JobKind::kRange:
+          run_chunks();
+          break;
+        case JobKind::kAll:
+          (*all_fn_)(index);
+          done_.fetch_add(1, std::memory_order_release);
+          break;
+      }
+    } else {
+      seen = gen;  // closed before we got in; the caller did the chunks
+    }
+    active_.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+void ThreadPool::run(JobKind kind, int64_t n_chunks) {
+  kind_ = kind;
+  n_chunks_ = n_chunks;
+  next_.store(0, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;  // odd: open
+  generation_.store(gen, std::memory_order_seq_cst);
+  wake_sleepers();
+  int64_t target = 0;
+  switch (kind) {
+    case JobKind::kRange:
+      run_chunks();
+      target = n_chunks;
+      break;
+    case JobKind::kAll:
+      (*all_fn_)(0);
+      target = n_threads_ - 1;
+      break;
+  }
+  for (int spin = 0; done_.load(std::memory_order_acquire) < target; ++spin) {
+    if (spin < kCallerSpins) {
       TANDEM_CPU_RELAX();
-      gen = generation_.load(std::memory_order_acquire);
+    } else {
+      std::this_thread::yield();
     }
-    if (gen == seen) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load() != seen; });
-      gen = generation_.load(std::memory_order_acquire);
+  }
+  generation_.store(gen + 1, std::memory_order_seq_cst);  // even: closed
+  for (int spin = 0; active_.load(std::memory_order_seq_cst) != 0; ++spin) {
+    if (spin < kCallerSpins) {
+      TANDEM_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
     }
-    seen = gen;
-    if (stop_.load()) return;
-    run_job(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  parallel_for_raw(
+      n, grain,
+      [](void* ctx, int64_t b, int64_t e) { (*static_cast<const std::function<void(int64_t, int64_t)>*>(ctx))(b, e); },
+      const_cast<void*>(static_cast<const void*>(&fn)));
+}
+
+void ThreadPool::parallel_for_raw(int64_t n, int64_t grain, RangeFn fn, void* ctx) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  if (n_threads_ == 1 || n <= grain) {
-    fn(0, n);
+  // About 4 chunks per thread so a slow thread does not hold up the rest.
+  const int64_t chunk = std::max(grain, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
+  const int64_t n_chunks = (n + chunk - 1) / chunk;
+  if (n_threads_ == 1 || n_chunks == 1) {
+    fn(ctx, 0, n);
     return;
   }
-  // About 4 chunks per thread so a slow thread does not hold up the rest.
-  int64_t chunk = std::max(grain, (n + 4 * n_threads_ - 1) / (4 * n_threads_));
-  fn_ = &fn;
+  TANDEM_ASSERT(!busy_.exchange(true, std::memory_order_acquire),
+                "ThreadPool::parallel_for called concurrently or from inside a task");
+  fn_ = fn;
+  ctx_ = ctx;
   all_fn_ = nullptr;
   n_ = n;
   chunk_ = chunk;
-  next_.store(0);
-  pending_.store(n_threads_ - 1);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  wake_.notify_all();
-  run_job(0);
-  while (pending_.load(std::memory_order_acquire) != 0) TANDEM_CPU_RELAX();
-  fn_ = nullptr;
+  run(JobKind::kRange, n_chunks);
+  busy_.store(false, std::memory_order_release);
 }
 
 void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
@@ -94,17 +171,13 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
-  all_fn_ = &fn;
+  TANDEM_ASSERT(!busy_.exchange(true, std::memory_order_acquire),
+                "ThreadPool::run_on_all called concurrently or from inside a task");
   fn_ = nullptr;
-  pending_.store(n_threads_ - 1);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  wake_.notify_all();
-  run_job(0);
-  while (pending_.load(std::memory_order_acquire) != 0) TANDEM_CPU_RELAX();
-  all_fn_ = nullptr;
+  ctx_ = nullptr;
+  all_fn_ = &fn;
+  run(JobKind::kAll, 0);
+  busy_.store(false, std::memory_order_release);
 }
 
 namespace {

@@ -1,6 +1,8 @@
 // A fixed pool of worker threads for data-parallel loops. The calling thread takes part, so a pool
 // of N threads runs N-1 workers. Workers spin briefly after a job, then sleep, so back-to-back
-// decode kernels don't pay a wake-up each. parallel_for must not be called re-entrantly from a task.
+// decode kernels don't pay a wake-up each; the caller never waits for a sleeping worker to wake up
+// before it starts on the chunks itself. One caller at a time: parallel_for and run_on_all must not be
+// called concurrently on one pool, nor re-entrantly from a task (both are asserted).
 #pragma once
 
 #include <atomic>
@@ -9,6 +11,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace tandem {
@@ -25,27 +28,52 @@ class ThreadPool {
   // Calls fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items.
   // Returns when every chunk is done. fn must not throw.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // Same without the type erasure of std::function (no allocation for any callable).
+  template <class F>
+    requires(!std::is_same_v<std::decay_t<F>, std::function<void(int64_t, int64_t)>>)
+  void parallel_for(int64_t n, int64_t grain, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    parallel_for_raw(n, grain, [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); },
+                     const_cast<void*>(static_cast<const void*>(&fn)));
+  }
 
   // Calls fn(thread_index) once on each of the pool's threads (index 0 is the caller).
   void run_on_all(const std::function<void(int)>& fn);
 
  private:
+  using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
+  enum class JobKind : uint8_t { kRange, kAll };
+
+  void parallel_for_raw(int64_t n, int64_t grain, RangeFn fn, void* ctx);
+  void run(JobKind kind, int64_t n_chunks);  // publishes the job in the fields below, joins, closes
   void worker_loop(int index);
-  void run_job(int index);
+  void run_chunks();  // claims chunks of the open range job until none is left
+  void wake_sleepers();
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  std::atomic<bool> stop_{false};
-  // The current job.
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+
+  // Job fields: written by the caller only while no job is open and no worker is inside one; read by
+  // workers only inside an open job (see run() and worker_loop() for the protocol).
+  JobKind kind_ = JobKind::kRange;
+  RangeFn fn_ = nullptr;
+  void* ctx_ = nullptr;
   const std::function<void(int)>* all_fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 0;
-  std::atomic<int64_t> next_{0};
+  int64_t n_chunks_ = 0;
+
+  // Each hot counter on its own cache line so spinning readers don't slow down the claimers.
+  // generation_: odd = a job is open, even = closed; bumped twice per job.
+  alignas(64) std::atomic<uint64_t> generation_{0};
+  alignas(64) std::atomic<int64_t> next_{0};  // next chunk to claim
+  alignas(64) std::atomic<int64_t> done_{0};  // chunks (range job) or workers (all job) finished
+  alignas(64) std::atomic<int> active_{0};    // workers inside the open job
+  alignas(64) std::atomic<int> sleepers_{0};  // workers blocked (or about to block) on wake_
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> busy_{false};  // a caller is inside parallel_for / run_on_all
+  std::mutex mutex_;
+  std::condition_variable wake_;
 };
 
 // The process-wide pool used by the CPU backend. Created on first use with set_global_threads' count

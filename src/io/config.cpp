@@ -1,6 +1,9 @@
 // config.json → ModelConfig (see config.h). Field names and defaults follow transformers' config
 // classes for each model_type; hub checkpoints and transformers 5 spell a few fields differently
 // (rope_theta vs rope_parameters, num_experts vs num_local_experts), and both spellings load.
+#include <algorithm>
+
+#include "core/error.h"
 #include "io/config.h"
 
 #include <cmath>

@@ -49,6 +49,14 @@ std::string show(const json& j) {
   return s;
 }
 
+// A parser message with the raw bytes it quotes made printable (they may be any binary garbage).
+std::string printable(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  return out;
+}
+
 TensorInfo parse_entry(const std::string& name, const json& e, uint64_t data_size, std::string_view source) {
   if (!e.is_object())
     fail("{}: tensor '{}' must be a JSON object with dtype, shape and data_offsets, found {}", source, name,
@@ -131,7 +139,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, uin
   try {
     j = json::parse(data + 8, data + 8 + h.header_len);
   } catch (const json::exception& e) {
-    fail("{}: header is not valid JSON: {}", source, e.what());
+    fail("{}: header is not valid JSON: {}", source, printable(e.what()));
   }
   if (!j.is_object()) fail("{}: header must be a JSON object, found {}", source, json_type(j));
 
@@ -280,7 +288,7 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
     try {
       j = json::parse(text.str());
     } catch (const json::exception& e) {
-      fail("{}: not valid JSON: {}", ipath, e.what());
+      fail("{}: not valid JSON: {}", ipath, printable(e.what()));
     }
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: expected an object with a \"weight_map\" object of tensor name -> shard file", ipath);

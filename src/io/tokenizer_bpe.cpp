@@ -131,7 +131,7 @@ std::vector<int32_t> BpeModel::merge_word(std::string_view w) const {
     if (n > 0) symbols.back().next = n;
     symbols.push_back({id, n - 1, -1, len});
   };
-  std::optional<std::pair<int32_t, size_t>> unk;  // pending unk: (id, bytes)
+  size_t unk_len = 0;  // bytes covered by a pending unk token; 0: none pending
   for (size_t i = 0; i < w.size();) {
     size_t start = i;
     next_char(w, i);
@@ -140,10 +140,8 @@ std::vector<int32_t> BpeModel::merge_word(std::string_view w) const {
     if (start > 0) s = continuing_subword_prefix_ + s;
     if (i == w.size()) s += end_of_word_suffix_;
     if (auto it = vocab_.find(s); it != vocab_.end()) {
-      if (unk) {
-        add(unk->first, unk->second);
-        unk.reset();
-      }
+      if (unk_len > 0) add(*unk_id_, unk_len);
+      unk_len = 0;
       add(it->second, byte_len);
       continue;
     }
@@ -151,21 +149,20 @@ std::vector<int32_t> BpeModel::merge_word(std::string_view w) const {
       bool all = true;
       for (char c : s) all = all && byte_ids_[static_cast<uint8_t>(c)] >= 0;
       if (all) {
-        // As the library does, pending unk tokens are not flushed before byte-fallback tokens.
+        // As the library does, a pending unk token is not flushed before byte-fallback tokens.
         for (char c : s) add(byte_ids_[static_cast<uint8_t>(c)], 1);
         continue;
       }
     }
     if (unk_id_) {
-      if (unk && fuse_unk_) {
-        unk->second += byte_len;
-      } else {
-        if (unk) add(unk->first, unk->second);
-        unk = std::make_pair(*unk_id_, byte_len);
+      if (unk_len > 0 && !fuse_unk_) {
+        add(*unk_id_, unk_len);
+        unk_len = 0;
       }
+      unk_len += byte_len;
     }
   }
-  if (unk) add(unk->first, unk->second);
+  if (unk_len > 0) add(*unk_id_, unk_len);
 
   struct Candidate {
     int32_t rank;

@@ -335,8 +335,8 @@ void pre_tokenize(const PreTokenizer& p, std::vector<Piece>& pieces) {
       return;
     case PreTokenizerKind::kByteLevel:
       split_each(pieces, [&](const Piece& x, std::vector<Piece>& out) {
-        Piece y = x;
-        if (p.add_prefix_space && (y.text.empty() || y.text[0] != ' ')) y.text.insert(0, " ");
+        bool prefix = p.add_prefix_space && (x.text.empty() || x.text[0] != ' ');
+        Piece y{prefix ? " " + x.text : x.text, x.at_start};
         size_t first = out.size();
         if (p.pattern.regex) {
           split_piece(y, p.pattern.find_all(y.text), SplitBehavior::kIsolated, false, out);

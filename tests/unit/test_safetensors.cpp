@@ -126,9 +126,10 @@ TEST(Safetensors, OracleFixtureThroughOpenDir) {
   EXPECT_GT(store.total_bytes(), 0u);
   EXPECT_NE(store.file_of("model.embed_tokens.weight").find("model.safetensors"), std::string::npos);
   // Copies share the mapping, which outlives the original.
+  const void* emb_data = emb->data;
   TensorStore copy = store;
   store = TensorStore();
-  EXPECT_EQ(copy.find("model.embed_tokens.weight")->data, emb->data);
+  EXPECT_EQ(copy.find("model.embed_tokens.weight")->data, emb_data);
   EXPECT_EQ(load_f32(*copy.find("model.embed_tokens.weight"), 0), load_f32(again, 0));
 }
 

@@ -72,7 +72,7 @@ int run(const Args& a) {
     for (const std::string& bs : split(a.batches)) {
       const int B = std::stoi(bs);
       std::vector<int> seqs;
-      std::vector<std::vector<int32_t>> prompts(size_t(B)), next(size_t(B));
+      std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B)), next(static_cast<size_t>(B));
       std::vector<Engine::Item> items;
       for (int b = 0; b < B; ++b) {
         seqs.push_back(engine->add_sequence());

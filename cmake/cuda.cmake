@@ -39,6 +39,9 @@ macro(tandem_add_cuda_backend target)
                           spdlog::spdlog)
     target_compile_definitions(tandem_cuda PUBLIC SPDLOG_FMT_EXTERNAL TANDEM_HAVE_CUDA=1)
     target_link_libraries(${target} PUBLIC tandem_cuda)
+    # The engine's host code uses the core library (Rope, errors, dtypes): a cycle of static
+    # libraries, which CMake resolves by repeating them on the link line.
+    target_link_libraries(tandem_cuda PRIVATE ${target})
     message(STATUS "tandem: CUDA backend ON (archs ${CMAKE_CUDA_ARCHITECTURES})")
     set(TANDEM_HAVE_CUDA ON)
   endif()

@@ -40,7 +40,7 @@ class LinearOp : public ::testing::TestWithParam<LinearCase> {};
 TEST_P(LinearOp, MatchesCpuMatmul) {
   const auto [dt, n, M, K] = GetParam();
   auto wf = test::random_floats(size_t(M) * K, 1 + n + M + K, 0.1f);
-  auto wb = to_dtype(wf, dt);
+  auto wb = test::to_dtype(wf, dt);
   auto x = test::random_floats(size_t(n) * K, 7 + n);
   std::vector<float> ref(size_t(n) * M);
   cpu::matmul(x.data(), n, view(wb, dt, M, K), ref.data(), global_pool());
@@ -71,7 +71,7 @@ TEST(LinearOp, GatheredRowsAndBatchedHeads) {
   // Two independent heads (batch 2) reading gathered rows 2 and 0 of x.
   const int heads = 2, M = 16, K = 64, rows = 3;
   auto wf = test::random_floats(size_t(heads) * M * K, 3, 0.1f);
-  auto wb = to_dtype(wf, DType::kBF16);
+  auto wb = test::to_dtype(wf, DType::kBF16);
   auto x = test::random_floats(size_t(rows) * heads * K, 4);
   std::vector<int32_t> pick = {2, 0};
   DevBuf<uint8_t> dw(wb);
@@ -216,7 +216,7 @@ void check_experts(DType dt, bool host_lane) {
       const size_t i = size_t(j) * E + e;
       const int64_t rows = j == 2 ? H : I, cols = j == 2 ? I : H;
       wf[i] = test::random_floats(size_t(rows * cols), uint32_t(100 + i), 0.2f);
-      wb[i] = to_dtype(wf[i], dt);
+      wb[i] = test::to_dtype(wf[i], dt);
       (j == 0 ? experts[size_t(e)].gate : j == 1 ? experts[size_t(e)].up : experts[size_t(e)].down) =
           view(wb[i], dt, rows, cols);
       void* p = nullptr;

@@ -4,7 +4,8 @@
 # (shared/fixtures/oracle). Logs go to $OUT (or ./gpu-out). Steps (first argument):
 #   basic  nvidia-smi, the backend tests (ops vs the CPU reference, engine vs the oracle fixtures)
 #   bench  synthesise flash-mini (timed) into $MODEL_DIR and run bench_gpu_decode on both lanes
-#   all    both
+#   profile  per-kernel GPU times of decode steps (ncu, clocks left alone) for the local lane, 1 sequence
+#   all    basic and bench
 # Usage: scripts/gpu_run.sh [basic|bench|all] [CARRY_DIR]
 set -uo pipefail
 step=${1:-all}
@@ -35,6 +36,14 @@ if [[ $step == bench || $step == all ]]; then
   "$carry/bin/bench_gpu_decode" --model "$model_dir" --lanes "${LANES:-local,host}" --batches "${BATCHES:-1,8,16,32}" \
     --steps "${STEPS:-64}" --json "$out/bench_gpu_decode.json" 2> "$out/bench.log" | tee "$out/bench_table.txt"
   summary+=("bench exit ${PIPESTATUS[0]}")
+fi
+
+if [[ $step == profile ]]; then
+  [[ -f $model_dir/model.safetensors ]] || "$carry/bin/tandem" synth --preset flash-mini --out "$model_dir" > /dev/null 2>&1
+  ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+    "$carry/bin/bench_gpu_decode" --model "$model_dir" --lanes local --batches "${BATCHES:-1}" --steps 4 \
+    > "$out/ncu.txt" 2>&1
+  summary+=("ncu exit $? ($(wc -l < "$out/ncu.txt") lines)")
 fi
 
 echo "==== summary"

@@ -98,6 +98,7 @@ __global__ void attention_gqa_kernel(GqaPrepArgs a, RowInfo rows, float scale, f
   block_softmax(p, T, red);
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float o = 0.0f;
+#pragma unroll 4
     for (int t = 0; t < T; ++t) o += p[t] * vc[int64_t(t) * kvw + d];
     out[int64_t(r) * a.n_head * hd + head * hd + d] = o;
   }
@@ -129,11 +130,13 @@ __global__ void mla_q_kernel(MlaArgs a, const float* q, int64_t q_stride, const 
   __syncthreads();
   block_rope(qs + a.nope, rows.pos[r], rope, sm + qk);
   float* qr = q_rope + (int64_t(r) * a.n_head + head) * a.rope;
-  for (int i = threadIdx.x; i < a.rope; i += blockDim.x) qr[i] = qs[a.nope + i];
+  if (blockIdx.z == 0)
+    for (int i = threadIdx.x; i < a.rope; i += blockDim.x) qr[i] = qs[a.nope + i];
   const T* w = kv_b + int64_t(head) * (a.nope + a.v_dim) * a.kv_lora;
   float* ql = q_lat + (int64_t(r) * a.n_head + head) * a.kv_lora;
-  for (int c = threadIdx.x; c < a.kv_lora; c += blockDim.x) {
+  for (int c = blockIdx.z * blockDim.x + threadIdx.x; c < a.kv_lora; c += gridDim.z * blockDim.x) {
     float acc = 0.0f;
+#pragma unroll 8
     for (int d = 0; d < a.nope; ++d) acc += qs[d] * to_f32(w[int64_t(d) * a.kv_lora + c]);
     ql[c] = acc;
   }
@@ -168,6 +171,7 @@ __global__ void attention_mla_kernel(MlaArgs a, RowInfo rows, const float* q_lat
   float* o = o_lat + (int64_t(r) * a.n_head + head) * L;
   for (int c = threadIdx.x; c < L; c += blockDim.x) {
     float acc = 0.0f;
+#pragma unroll 4
     for (int t = 0; t < T; ++t) acc += p[t] * cache[int64_t(t) * W + c];
     o[c] = acc;
   }
@@ -208,18 +212,18 @@ void launch_mla_q(const MlaArgs& a, const float* q, int64_t q_stride, const void
                   const RowInfo& rows, const RopeTables& rope, float* q_lat, float* q_rope, cudaStream_t stream) {
   if (rows.n == 0) return;
   const size_t smem = size_t(a.nope + 2 * a.rope) * 4;
-  dim3 grid(rows.n, a.n_head);
+  dim3 grid(rows.n, a.n_head, (a.kv_lora + 127) / 128);  // one latent column per thread
   switch (wt) {
     case WType::kF32:
-      mla_q_kernel<<<grid, 256, smem, stream>>>(a, q, q_stride, static_cast<const float*>(kv_b), rows, rope,
+      mla_q_kernel<<<grid, 128, smem, stream>>>(a, q, q_stride, static_cast<const float*>(kv_b), rows, rope,
                                                 q_lat, q_rope);
       break;
     case WType::kBF16:
-      mla_q_kernel<<<grid, 256, smem, stream>>>(a, q, q_stride, static_cast<const __nv_bfloat16*>(kv_b), rows,
+      mla_q_kernel<<<grid, 128, smem, stream>>>(a, q, q_stride, static_cast<const __nv_bfloat16*>(kv_b), rows,
                                                 rope, q_lat, q_rope);
       break;
     case WType::kF16:
-      mla_q_kernel<<<grid, 256, smem, stream>>>(a, q, q_stride, static_cast<const __half*>(kv_b), rows, rope,
+      mla_q_kernel<<<grid, 128, smem, stream>>>(a, q, q_stride, static_cast<const __half*>(kv_b), rows, rope,
                                                 q_lat, q_rope);
       break;
   }

@@ -102,7 +102,7 @@ __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, co
   const int lane = threadIdx.x % kWarp;
   if (vec) {
     constexpr int V = vec_of<T>();
-#pragma unroll 2
+#pragma unroll 4
     for (int k = lane * V; k < K; k += kWarp * V) {
       float wf[NW][V];
 #pragma unroll

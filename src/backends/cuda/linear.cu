@@ -30,8 +30,9 @@ __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs
     warp_dot_rows<T, 1, kRows>(w, a.K, x, nr, vec, acc);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
+      if (r >= nr) break;
       float v = warp_sum(acc[0][r]);
-      if (lane == 0 && r < nr) {
+      if (lane == 0) {
         float* dst = yb + int64_t(r0 + r) * a.y_stride + m;
         *dst = a.accumulate ? *dst + v : v;
       }

@@ -220,8 +220,9 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
     warp_dot_rows<T, 2, kExpertRows>(wr, t.hidden, x, nr, vec, acc);
 #pragma unroll
     for (int i = 0; i < kExpertRows; ++i) {
+      if (i >= nr) break;
       const float g = warp_sum(acc[0][i]), u = warp_sum(acc[1][i]);
-      if (lane == 0 && i < nr) r.h[int64_t(s.off + c0 + i) * r.h_stride + j] = g / (1.0f + expf(-g)) * u;
+      if (lane == 0) r.h[int64_t(s.off + c0 + i) * r.h_stride + j] = g / (1.0f + expf(-g)) * u;
     }
   }
 }
@@ -245,8 +246,9 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
     warp_dot_rows<T, 1, kExpertRows>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc);
 #pragma unroll
     for (int i = 0; i < kExpertRows; ++i) {
+      if (i >= nr) break;
       const float v = warp_sum(acc[0][i]);
-      if (lane == 0 && i < nr) {
+      if (lane == 0) {
         const int c = s.off + c0 + i;
         if (r.dense) {
           r.out[int64_t(c) * t.hidden + m] += v;
@@ -261,7 +263,7 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
 
 __global__ void moe_combine_kernel(const float* slot_out, int kS, int H, float* moe_out, float* x) {
   const int r = blockIdx.x;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < H; i += gridDim.y * blockDim.x) {
     float v = 0.0f;
     for (int j = 0; j < kS; ++j) v += slot_out[(int64_t(r) * kS + j) * H + i];
     moe_out[int64_t(r) * H + i] = v;
@@ -297,8 +299,12 @@ void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t*
   TANDEM_CUDA_REQUIRE(n_experts <= kMaxGroupExperts, "too many experts to group");
   const size_t smem = size_t(n_slots) * sizeof(int);
   TANDEM_CUDA_REQUIRE(smem <= 160 * 1024, "too many slots to group");
-  if (smem > 16 * 1024)
+  // The kernel's static shared memory (~40 KB) plus the slots' may pass 48 KB: always allow 160 KB more.
+  static const bool allowed = [] {
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    return true;
+  }();
+  (void)allowed;
   group_kernel<<<1, kGroupThreads, smem, stream>>>(ids, n_slots, n_experts, cold_mask, w);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
@@ -334,7 +340,7 @@ void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun&
 void launch_moe_combine(const float* slot_out, int n, int kS, int H, float* moe_out, float* x,
                         cudaStream_t stream) {
   if (n == 0) return;
-  moe_combine_kernel<<<n, 256, 0, stream>>>(slot_out, kS, H, moe_out, x);
+  moe_combine_kernel<<<dim3(n, (H + 255) / 256), 256, 0, stream>>>(slot_out, kS, H, moe_out, x);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,0 +1,73 @@
+// Attention on the GPU, prefill and decode alike (a row attends to positions 0..pos of its own
+// sequence, whose keys were written to the cache by the prep kernel of the same step):
+//  - GQA: prep (clip, q/k RMSNorm, RoPE, K/V cache write) and attention over the f32 K/V cache;
+//  - MLA, absorbed form as the CPU engine: the cache holds per token the normalised latent [kv_lora]
+//    and the rotary key [rope]; q_nope is pulled into latent space through kv_b (W_uk), attention
+//    runs there, and the latent output is expanded by W_uv (a batched launch_linear over heads).
+// Positions and sequence slots are read from device memory, so a captured graph serves every step.
+// KV cache layout: [slots, ctx, width] per layer (GQA keeps K and V in two such arrays).
+#pragma once
+
+#include "backends/cuda/cuda_common.cuh"
+
+namespace tandem::cuda {
+
+// Rotary tables and the per-row position/sequence of one step.
+struct RowInfo {
+  const int32_t* pos = nullptr;  // [n] position of each row
+  const int32_t* seq = nullptr;  // [n] cache slot of each row
+  int n = 0;
+  int ctx = 0;  // cache capacity per slot (positions)
+};
+struct RopeTables {
+  const float* cos = nullptr;  // [ctx, dim / 2] (YaRN attention factor included)
+  const float* sin = nullptr;  // [ctx, dim / 2]
+  int dim = 0;
+  bool interleaved = false;  // DeepSeek: de-interleave, then rotate-half
+};
+
+struct GqaPrepArgs {
+  float* qkv = nullptr;  // [n, stride]: q [n_head * hd] | k [n_head_kv * hd] | v [n_head_kv * hd]
+  int64_t stride = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0;
+  float clip = 0.0f;      // > 0: clamp q, k, v to [-clip, clip]
+  int qk_norm = 0;        // 0 none, 1 per head (w: [hd]), 2 whole projection (w: [n_head * hd] / [n_kv * hd])
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float eps = 0.0f;
+  float* k_cache = nullptr;  // [slots, ctx, n_head_kv * hd]
+  float* v_cache = nullptr;
+};
+void launch_gqa_prep(const GqaPrepArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream);
+
+// out[r, head * hd ...] = softmax(q k_tᵀ · scale) v over t ≤ pos[r]. out: [n, n_head * hd].
+void launch_attention_gqa(const GqaPrepArgs& a, const RowInfo& rows, float scale, float* out,
+                          cudaStream_t stream);
+
+struct MlaArgs {
+  float* fused = nullptr;  // [n, stride]: q_a or q [q_width] | latent [kv_lora] | k_rope [rope]
+  int64_t stride = 0;
+  int q_width = 0;         // q_lora_rank (normalised here in place) or n_head * qk when q_lora is 0
+  bool q_lora = false;
+  const float* q_a_norm = nullptr;   // [q_lora]
+  const float* kv_a_norm = nullptr;  // [kv_lora]
+  float eps = 0.0f;
+  int n_head = 0, nope = 0, rope = 0, v_dim = 0, kv_lora = 0;
+  float* cache = nullptr;  // [slots, ctx, kv_lora + rope]
+};
+// Normalises q_a (when q_lora) in place; writes the normalised latent and the rotated key to the cache.
+void launch_mla_prep(const MlaArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream);
+
+// q: [n, n_head * (nope + rope)] rows q_stride apart. kv_b: [n_head * (nope + v), kv_lora] in wt.
+// q_lat: [n, n_head, kv_lora] = W_ukᵀ q_nope per head; q_rope: [n, n_head, rope] rotated.
+void launch_mla_q(const MlaArgs& a, const float* q, int64_t q_stride, const void* kv_b, WType wt,
+                  const RowInfo& rows, const RopeTables& rope, float* q_lat, float* q_rope, cudaStream_t stream);
+
+// o_lat: [n, n_head, kv_lora] = Σ_t softmax((q_lat·c_t + q_rope·k_t) · scale) c_t.
+void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_lat, const float* q_rope,
+                          float scale, float* o_lat, cudaStream_t stream);
+
+// Largest cache capacity (positions) the attention kernels accept (their scores live in shared memory).
+int max_attention_ctx(int kv_lora);
+
+}  // namespace tandem::cuda

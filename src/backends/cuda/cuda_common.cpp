@@ -1,0 +1,28 @@
+// Failure reporting and dtype mapping for the CUDA backend (see cuda_common.cuh).
+#include "backends/cuda/cuda_common.cuh"
+
+#include "core/error.h"
+
+namespace tandem::cuda {
+
+void cuda_check_failed(const char* expr, cudaError_t err, const char* file, int line) {
+  detail::assert_fail(file, line, expr, fmt::format("CUDA error {}: {}", int(err), cudaGetErrorString(err)));
+}
+
+void cuda_require_failed(const char* cond, const char* message, const char* file, int line) {
+  detail::assert_fail(file, line, cond, message);
+}
+
+WType wtype_of(DType t, const char* what) {
+  switch (t) {
+    case DType::kF32: return WType::kF32;
+    case DType::kBF16: return WType::kBF16;
+    case DType::kF16: return WType::kF16;
+    case DType::kF64: case DType::kI8: case DType::kU8: case DType::kI16: case DType::kI32: case DType::kI64:
+    case DType::kBool:
+      break;
+  }
+  fail("{}: dtype {} is not a supported weight type on the GPU (F32, BF16, F16)", what, dtype_name(t));
+}
+
+}  // namespace tandem::cuda

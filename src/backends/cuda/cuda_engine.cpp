@@ -1,0 +1,518 @@
+// The CUDA engine (see cuda_engine.h). One step = embed, per layer (norm, attention, norm, MoE or
+// dense MLP), final norm of the wanted rows, lm_head; then the logits come back to the host.
+// Per-step metadata (tokens, sequence slots, positions, logit rows) is copied to fixed device
+// buffers first, so a decode step of n sequences is one graph launch for any positions and routing.
+// Shapes: n = rows of the step, R = rows the scratch buffers hold, H = hidden, E = routed experts,
+// kS = slots per row (top-k, plus one for the shared expert when the model has one).
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "backends/cuda/attention.cuh"
+#include "backends/cuda/cuda_engine.h"
+#include "backends/cuda/cuda_weights.h"
+#include "backends/cuda/linear.cuh"
+#include "backends/cuda/moe.cuh"
+#include "backends/cuda/norm.cuh"
+#include "engine/rope.h"
+
+namespace tandem {
+
+using namespace cuda;
+
+namespace {
+
+constexpr int kMaxStepRows = 4096;
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(const Model& model, const EngineOptions& options, const CudaOptions& cuda);
+  ~CudaEngine() override;
+
+  const Model& model() const override { return model_; }
+  int add_sequence() override;
+  void remove_sequence(int seq) override;
+  int64_t seq_len(int seq) const override { return len_[size_t(seq)]; }
+  const std::vector<float>& forward(std::span<const Item> items, bool all_logits) override;
+
+ private:
+  void ensure_rows(int n);
+  void enqueue_step(int n, int nw, bool hooked);
+  void attention_gqa(int64_t l, const RowInfo& rows);
+  void attention_mla(int64_t l, const RowInfo& rows);
+  void moe(int64_t l, int n, bool hooked);
+  void dense_mlp(int64_t l, int n);
+  template <class T>
+  T* scratch(size_t count);
+
+  const Model& model_;
+  const ModelConfig& c_;
+  EngineOptions options_;
+  CudaOptions cuda_;
+  int ctx_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DeviceWeights> w_;
+  std::vector<bool> live_;
+  std::vector<int64_t> len_;
+
+  // Model geometry.
+  int H_ = 0, V_ = 0, E_ = 0, kS_ = 0, in_width_ = 0, att_width_ = 0, max_inter_ = 0;
+  float scale_ = 1.0f;
+  RopeTables rope_;
+  std::vector<float*> k_cache_, v_cache_;  // per layer [slots, ctx, width]
+
+  // Scratch for up to R rows (reallocated when a step needs more; graphs are then rebuilt).
+  int R_ = 0;
+  std::vector<void*> scratch_;
+  int32_t* d_meta_ = nullptr;  // [4, R]: tokens | seq | pos | logit rows
+  int32_t* h_meta_ = nullptr;  // pinned mirror
+  float* h_logits_ = nullptr;  // pinned [R, V]
+  float *x_ = nullptr, *h_ = nullptr, *hf_ = nullptr, *in_ = nullptr, *q_ = nullptr, *q_lat_ = nullptr,
+        *q_rope_ = nullptr, *o_lat_ = nullptr, *att_ = nullptr, *gate_logits_ = nullptr, *wts_ = nullptr,
+        *hbuf_ = nullptr, *slot_out_ = nullptr, *moe_out_ = nullptr, *logits_d_ = nullptr;
+  int32_t* ids_ = nullptr;
+  MoeWork work_;
+  int max_active_ = 0;
+
+  std::map<int, int> seen_;                   // decode steps run per batch size (capture on the second)
+  std::map<int, cudaGraphExec_t> graphs_;     // per batch size
+  std::vector<float> logits_;
+};
+
+CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const CudaOptions& cuda)
+    : model_(model), c_(model.cfg), options_(options), cuda_(cuda) {
+  const int n_dev = cuda_device_count();
+  if (cuda_.device < 0 || cuda_.device >= n_dev)
+    fail("cuda:{}: no such device ({} CUDA device(s) found)", cuda_.device, n_dev);
+  TANDEM_CUDA_CHECK(cudaSetDevice(cuda_.device));
+  if (options_.max_seqs < 1) fail("max_seqs must be at least 1");
+  ctx_ = int(options_.max_ctx > 0 ? options_.max_ctx
+                                  : std::min<int64_t>(c_.max_position_embeddings > 0 ? c_.max_position_embeddings : 4096,
+                                                      4096));
+  options_.max_ctx = ctx_;
+  const int max_ctx = max_attention_ctx(int(c_.kv_lora_rank));
+  if (ctx_ > max_ctx) fail("context {} exceeds the CUDA engine's limit of {} positions", ctx_, max_ctx);
+  if (c_.n_group > 32) fail("n_group {} exceeds the GPU router's limit of 32", c_.n_group);
+  std::vector<std::vector<int32_t>> cold;
+  if (cuda_.lane == CudaLane::kHost) {
+    if (!cuda_.cold.empty() && int64_t(cuda_.cold.size()) != c_.n_layer)
+      fail("cold expert lists: {} given for a model of {} layers", cuda_.cold.size(), c_.n_layer);
+    for (size_t l = 0; l < cuda_.cold.size(); ++l) {
+      std::vector<bool> seen(size_t(c_.n_expert), false);
+      for (int32_t e : cuda_.cold[l]) {
+        if (!c_.layer_is_moe[l]) fail("cold expert {} on layer {}, which has no experts", e, l);
+        if (e < 0 || e >= c_.n_expert) fail("cold expert {} on layer {} is outside [0, {})", e, l, c_.n_expert);
+        if (seen[size_t(e)]) fail("cold expert {} listed twice on layer {}", e, l);
+        seen[size_t(e)] = true;
+      }
+    }
+    cold = cuda_.cold;
+  }
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  w_ = std::make_unique<DeviceWeights>(model_, cold);
+
+  H_ = int(c_.hidden_size);
+  V_ = int(c_.vocab_size);
+  E_ = int(c_.n_expert);
+  const bool shared = c_.n_shared_expert > 0;
+  kS_ = int(c_.n_expert_used) + (shared ? 1 : 0);
+  scale_ = float(c_.attn_scale());
+  int64_t kv_width = 0;
+  if (c_.mla) {
+    const int q_width = int(c_.q_lora_rank > 0 ? c_.q_lora_rank : c_.n_head * (c_.qk_nope_head_dim + c_.qk_rope_head_dim));
+    in_width_ = q_width + int(c_.kv_lora_rank + c_.qk_rope_head_dim);
+    att_width_ = int(c_.n_head * c_.v_head_dim);
+    kv_width = c_.kv_lora_rank + c_.qk_rope_head_dim;
+  } else {
+    in_width_ = int((c_.n_head + 2 * c_.n_head_kv) * c_.head_dim);
+    att_width_ = int(c_.n_head * c_.head_dim);
+    kv_width = c_.n_head_kv * c_.head_dim;
+  }
+  max_inter_ = int(std::max({c_.moe_intermediate_size, c_.shared_intermediate_size()}));
+  int64_t dense_inter = 0;
+  for (const auto& L : model_.layers)
+    if (!L.moe) dense_inter = std::max(dense_inter, L.dense.gate.rows());
+  max_inter_ = std::max<int>(max_inter_, int(dense_inter));
+
+  // KV cache: every slot holds ctx positions of every layer.
+  const size_t per_layer = size_t(options_.max_seqs) * size_t(ctx_) * size_t(kv_width) * (c_.mla ? 1 : 2);
+  size_t free_b = 0, total_b = 0;
+  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const size_t need = per_layer * 4 * size_t(c_.n_layer);
+  if (need + (size_t(1) << 30) > free_b)
+    fail("the KV cache for {} sequences of {} positions needs {:.2f} GiB; {:.2f} GiB of GPU memory are free "
+         "(lower --ctx or the number of sequences)",
+         options_.max_seqs, ctx_, double(need) / (1 << 30), double(free_b) / (1 << 30));
+  for (int64_t l = 0; l < c_.n_layer; ++l) {
+    if (c_.mla) {
+      k_cache_.push_back(w_->alloc_f32(per_layer));
+      v_cache_.push_back(nullptr);
+    } else {
+      k_cache_.push_back(w_->alloc_f32(per_layer / 2));
+      v_cache_.push_back(w_->alloc_f32(per_layer / 2));
+    }
+  }
+
+  // Rotary tables, taken from the CPU's Rope so both engines rotate by the same f32 numbers.
+  const int dim = int(c_.mla ? c_.qk_rope_head_dim : c_.head_dim), half = dim / 2;
+  Rope rope(c_, dim);
+  std::vector<float> cs(size_t(ctx_) * half), sn(size_t(ctx_) * half), unit(static_cast<size_t>(dim));
+  for (int p = 0; p < ctx_; ++p) {
+    std::fill(unit.begin(), unit.begin() + half, 1.0f);
+    std::fill(unit.begin() + half, unit.end(), 0.0f);
+    rope.apply(unit.data(), 1, p, false);
+    std::copy(unit.begin(), unit.begin() + half, cs.begin() + int64_t(p) * half);
+    std::copy(unit.begin() + half, unit.end(), sn.begin() + int64_t(p) * half);
+  }
+  float* d_cos = w_->alloc_f32(cs.size());
+  float* d_sin = w_->alloc_f32(sn.size());
+  TANDEM_CUDA_CHECK(cudaMemcpy(d_cos, cs.data(), cs.size() * 4, cudaMemcpyHostToDevice));
+  TANDEM_CUDA_CHECK(cudaMemcpy(d_sin, sn.data(), sn.size() * 4, cudaMemcpyHostToDevice));
+  rope_ = {d_cos, d_sin, dim, c_.mla && c_.rope_interleave};
+
+  live_.assign(size_t(options_.max_seqs), false);
+  len_.assign(size_t(options_.max_seqs), 0);
+  ensure_rows(int(std::max<int64_t>(options_.max_seqs, 32)));
+}
+
+CudaEngine::~CudaEngine() {
+  cudaSetDevice(cuda_.device);
+  for (auto& [n, g] : graphs_) cudaGraphExecDestroy(g);
+  for (void* p : scratch_) cudaFree(p);
+  if (h_meta_) cudaFreeHost(h_meta_);
+  if (h_logits_) cudaFreeHost(h_logits_);
+  w_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+template <class T>
+T* CudaEngine::scratch(size_t count) {
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, std::max<size_t>(count * sizeof(T), 16));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail("GPU out of memory for step buffers of {} rows: {}", R_, cudaGetErrorString(err));
+  }
+  scratch_.push_back(p);
+  return static_cast<T*>(p);
+}
+
+void CudaEngine::ensure_rows(int n) {
+  if (n <= R_) return;
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (auto& [k, g] : graphs_) TANDEM_CUDA_CHECK(cudaGraphExecDestroy(g));
+  graphs_.clear();
+  seen_.clear();
+  for (void* p : scratch_) TANDEM_CUDA_CHECK(cudaFree(p));
+  scratch_.clear();
+  if (h_meta_) TANDEM_CUDA_CHECK(cudaFreeHost(h_meta_));
+  if (h_logits_) TANDEM_CUDA_CHECK(cudaFreeHost(h_logits_));
+  int R = 32;
+  while (R < n) R *= 2;
+  R_ = std::min(R, kMaxStepRows);
+  const size_t R8 = size_t(R_);
+  const int nh = int(c_.n_head);
+  d_meta_ = scratch<int32_t>(4 * R8);
+  TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_meta_), 4 * R8 * 4, cudaHostAllocDefault));
+  TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_logits_), R8 * size_t(V_) * 4, cudaHostAllocDefault));
+  x_ = scratch<float>(R8 * H_);
+  h_ = scratch<float>(R8 * H_);
+  hf_ = scratch<float>(R8 * H_);
+  in_ = scratch<float>(R8 * in_width_);
+  att_ = scratch<float>(R8 * att_width_);
+  logits_d_ = scratch<float>(R8 * V_);
+  if (c_.mla) {
+    q_ = scratch<float>(R8 * nh * (c_.qk_nope_head_dim + c_.qk_rope_head_dim));
+    q_lat_ = scratch<float>(R8 * nh * c_.kv_lora_rank);
+    o_lat_ = scratch<float>(R8 * nh * c_.kv_lora_rank);
+    q_rope_ = scratch<float>(R8 * nh * c_.qk_rope_head_dim);
+  }
+  const size_t slots = R8 * size_t(kS_);
+  hbuf_ = scratch<float>(std::max(slots, R8) * max_inter_);
+  if (E_ > 0) {
+    gate_logits_ = scratch<float>(R8 * E_);
+    ids_ = scratch<int32_t>(slots);
+    wts_ = scratch<float>(slots);
+    slot_out_ = scratch<float>(slots * H_);
+    moe_out_ = scratch<float>(R8 * H_);
+    const int n_tot = E_ + 1;
+    work_.n_active = scratch<int32_t>(1);
+    work_.act_expert = scratch<int32_t>(n_tot);
+    work_.act_offset = scratch<int32_t>(n_tot);
+    work_.act_count = scratch<int32_t>(n_tot);
+    work_.slot_list = scratch<int32_t>(slots);
+    work_.n_cold = scratch<int32_t>(1);
+    work_.cold_slots = scratch<int32_t>(slots);
+  }
+}
+
+int CudaEngine::add_sequence() {
+  for (size_t i = 0; i < live_.size(); ++i) {
+    if (live_[i]) continue;
+    live_[i] = true;
+    len_[i] = 0;
+    return int(i);
+  }
+  fail("all {} sequence slots are in use", live_.size());
+}
+
+void CudaEngine::remove_sequence(int seq) {
+  TANDEM_ASSERT(seq >= 0 && size_t(seq) < live_.size() && live_[size_t(seq)], "bad sequence {}", seq);
+  live_[size_t(seq)] = false;
+  len_[size_t(seq)] = 0;
+}
+
+const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool all_logits) {
+  // Validate everything before touching any state (the CPU engine's rules and messages).
+  int64_t n = 0;
+  std::vector<bool> seen(live_.size(), false);
+  for (const auto& it : items) {
+    if (it.seq < 0 || size_t(it.seq) >= live_.size() || !live_[size_t(it.seq)]) fail("sequence {} is not live", it.seq);
+    if (seen[size_t(it.seq)]) fail("sequence {} appears twice in one batch", it.seq);
+    seen[size_t(it.seq)] = true;
+    if (it.tokens.empty()) fail("sequence {}: empty token run", it.seq);
+    for (int32_t t : it.tokens)
+      if (t < 0 || t >= c_.vocab_size) fail("token id {} out of range [0, {})", t, c_.vocab_size);
+    const int64_t len = len_[size_t(it.seq)];
+    if (len + int64_t(it.tokens.size()) > options_.max_ctx)
+      fail("sequence {}: {} tokens exceed the context limit of {}", it.seq, len + int64_t(it.tokens.size()),
+           options_.max_ctx);
+    n += int64_t(it.tokens.size());
+  }
+  if (n > kMaxStepRows) fail("{} rows in one step exceed the CUDA engine's limit of {}", n, kMaxStepRows);
+  logits_.clear();
+  if (n == 0) return logits_;
+  TANDEM_CUDA_CHECK(cudaSetDevice(cuda_.device));
+  ensure_rows(int(n));
+  // Metadata: tokens | seq | pos | logit rows, each R_ wide.
+  int32_t* tok = h_meta_;
+  int32_t* seq = h_meta_ + R_;
+  int32_t* pos = h_meta_ + 2 * R_;
+  int32_t* want = h_meta_ + 3 * R_;
+  int r = 0, nw = 0;
+  for (const auto& it : items) {
+    for (size_t i = 0; i < it.tokens.size(); ++i, ++r) {
+      tok[r] = it.tokens[i];
+      seq[r] = it.seq;
+      pos[r] = int32_t(len_[size_t(it.seq)] + int64_t(i));
+      if (all_logits) want[nw++] = r;
+    }
+    if (!all_logits) want[nw++] = r - 1;
+  }
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(d_meta_, h_meta_, size_t(4) * R_ * 4, cudaMemcpyHostToDevice, stream_));
+  const bool hooked = bool(hooks.on_routing) || bool(hooks.on_moe);
+  const bool decode = cuda_.graphs && !hooked && !all_logits && n == int64_t(items.size());
+  if (decode && graphs_.count(int(n))) {
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(graphs_[int(n)], stream_));
+  } else if (decode && seen_[int(n)] > 0) {
+    // Second step of this size: capture it (the first ran eagerly, loading modules and attributes).
+    cudaGraph_t graph = nullptr;
+    TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    enqueue_step(int(n), nw, false);
+    TANDEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
+    graphs_[int(n)] = exec;
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  } else {
+    if (decode) ++seen_[int(n)];
+    enqueue_step(int(n), nw, hooked);
+  }
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(h_logits_, logits_d_, size_t(nw) * V_ * 4, cudaMemcpyDeviceToHost, stream_));
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  logits_.assign(h_logits_, h_logits_ + size_t(nw) * V_);
+  for (const auto& it : items) len_[size_t(it.seq)] += int64_t(it.tokens.size());
+  return logits_;
+}
+
+void CudaEngine::enqueue_step(int n, int nw, bool hooked) {
+  const RowInfo rows{d_meta_ + 2 * R_, d_meta_ + R_, n, ctx_};
+  launch_embedding(w_->embed.p, w_->embed.wt, H_, d_meta_, n, x_, stream_);
+  const float eps = c_.rms_norm_eps;
+  for (int64_t l = 0; l < c_.n_layer; ++l) {
+    const DLayer& L = w_->layers[size_t(l)];
+    launch_rms_norm(x_, H_, nullptr, n, H_, L.attn_norm, eps, h_, H_, stream_);
+    if (c_.mla)
+      attention_mla(l, rows);
+    else
+      attention_gqa(l, rows);
+    LinearArgs o;
+    o.x = att_, o.x_stride = att_width_, o.n = n;
+    o.w = L.o.p, o.wt = L.o.wt, o.M = H_, o.K = att_width_, o.w_ld = att_width_;
+    o.y = x_, o.y_stride = H_, o.accumulate = true;
+    launch_linear(o, stream_);
+    launch_rms_norm(x_, H_, nullptr, n, H_, L.ffn_norm, eps, h_, H_, stream_);
+    if (L.moe)
+      moe(l, n, hooked);
+    else
+      dense_mlp(l, n);
+  }
+  launch_rms_norm(x_, H_, d_meta_ + 3 * R_, nw, H_, w_->final_norm, eps, hf_, H_, stream_);
+  LinearArgs lm;
+  lm.x = hf_, lm.x_stride = H_, lm.n = nw;
+  lm.w = w_->lm_head.p, lm.wt = w_->lm_head.wt, lm.M = V_, lm.K = H_, lm.w_ld = H_;
+  lm.y = logits_d_, lm.y_stride = V_;
+  launch_linear(lm, stream_);
+}
+
+void CudaEngine::attention_gqa(int64_t l, const RowInfo& rows) {
+  const DLayer& L = w_->layers[size_t(l)];
+  LinearArgs in;
+  in.x = h_, in.x_stride = H_, in.n = rows.n;
+  in.w = L.in_proj.p, in.wt = L.in_proj.wt, in.M = in_width_, in.K = H_, in.w_ld = H_;
+  in.y = in_, in.y_stride = in_width_;
+  launch_linear(in, stream_);
+  GqaPrepArgs a;
+  a.qkv = in_, a.stride = in_width_;
+  a.n_head = int(c_.n_head), a.n_head_kv = int(c_.n_head_kv), a.head_dim = int(c_.head_dim);
+  a.clip = float(c_.clip_qkv);
+  switch (c_.qk_norm) {
+    case QkNorm::kNone: a.qk_norm = 0; break;
+    case QkNorm::kPerHead: a.qk_norm = 1; break;
+    case QkNorm::kWhole: a.qk_norm = 2; break;
+  }
+  a.q_norm = L.q_norm, a.k_norm = L.k_norm, a.eps = c_.rms_norm_eps;
+  a.k_cache = k_cache_[size_t(l)], a.v_cache = v_cache_[size_t(l)];
+  launch_gqa_prep(a, rows, rope_, stream_);
+  launch_attention_gqa(a, rows, scale_, att_, stream_);
+}
+
+void CudaEngine::attention_mla(int64_t l, const RowInfo& rows) {
+  const DLayer& L = w_->layers[size_t(l)];
+  const int nh = int(c_.n_head), nope = int(c_.qk_nope_head_dim), rope = int(c_.qk_rope_head_dim);
+  const int vd = int(c_.v_head_dim), lora = int(c_.kv_lora_rank), qk = nope + rope;
+  LinearArgs in;
+  in.x = h_, in.x_stride = H_, in.n = rows.n;
+  in.w = L.in_proj.p, in.wt = L.in_proj.wt, in.M = in_width_, in.K = H_, in.w_ld = H_;
+  in.y = in_, in.y_stride = in_width_;
+  launch_linear(in, stream_);
+  MlaArgs a;
+  a.fused = in_, a.stride = in_width_;
+  a.q_lora = c_.q_lora_rank > 0;
+  a.q_width = int(a.q_lora ? c_.q_lora_rank : nh * qk);
+  a.q_a_norm = L.q_a_norm, a.kv_a_norm = L.kv_a_norm, a.eps = c_.rms_norm_eps;
+  a.n_head = nh, a.nope = nope, a.rope = rope, a.v_dim = vd, a.kv_lora = lora;
+  a.cache = k_cache_[size_t(l)];
+  launch_mla_prep(a, rows, rope_, stream_);
+  const float* q = in_;
+  int64_t q_stride = in_width_;
+  if (a.q_lora) {
+    LinearArgs qb;
+    qb.x = in_, qb.x_stride = in_width_, qb.n = rows.n;
+    qb.w = L.q_b.p, qb.wt = L.q_b.wt, qb.M = nh * qk, qb.K = a.q_width, qb.w_ld = a.q_width;
+    qb.y = q_, qb.y_stride = nh * qk;
+    launch_linear(qb, stream_);
+    q = q_;
+    q_stride = nh * qk;
+  }
+  launch_mla_q(a, q, q_stride, L.kv_b.p, L.kv_b.wt, rows, rope_, q_lat_, q_rope_, stream_);
+  launch_attention_mla(a, rows, q_lat_, q_rope_, scale_, o_lat_, stream_);
+  // att[:, head, :] = W_uv[head] · o_lat[:, head, :], one batched launch over heads.
+  LinearArgs up;
+  up.x = o_lat_, up.x_stride = int64_t(nh) * lora, up.n = rows.n;
+  up.w = static_cast<const char*>(L.kv_b.p) + size_t(nope) * lora * wtype_size(L.kv_b.wt);
+  up.wt = L.kv_b.wt, up.M = vd, up.K = lora, up.w_ld = lora;
+  up.y = att_, up.y_stride = att_width_;
+  up.batch = nh, up.x_bstride = lora, up.w_bstride = int64_t(nope + vd) * lora, up.y_bstride = vd;
+  launch_linear(up, stream_);
+}
+
+void CudaEngine::moe(int64_t l, int n, bool hooked) {
+  const DLayer& L = w_->layers[size_t(l)];
+  LinearArgs g;
+  g.x = h_, g.x_stride = H_, g.n = n;
+  g.w = L.router.p, g.wt = L.router.wt, g.M = E_, g.K = H_, g.w_ld = H_;
+  g.y = gate_logits_, g.y_stride = E_;
+  launch_linear(g, stream_);
+  RouteArgs ra;
+  ra.logits = gate_logits_, ra.n = n, ra.n_expert = E_, ra.k = int(c_.n_expert_used);
+  switch (c_.router) {
+    case RouterKind::kSoftmaxTopK: ra.kind = RouteKind::kSoftmaxTopK; break;
+    case RouterKind::kSigmoidGroupTopK: ra.kind = RouteKind::kSigmoidGroupTopK; break;
+  }
+  ra.norm_topk = c_.norm_topk_prob, ra.routed_scaling = c_.routed_scaling_factor;
+  ra.n_group = int(c_.n_group), ra.topk_group = int(c_.topk_group), ra.bias = L.router_bias;
+  ra.shared_slot = L.has_shared, ra.ids = ids_, ra.weights = wts_;
+  launch_route(ra, stream_);
+  const int kS = ra.k + (L.has_shared ? 1 : 0);
+  if (hooked && hooks.on_routing) {
+    std::vector<int32_t> ids(size_t(n) * kS);
+    std::vector<float> wts(size_t(n) * kS);
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_, ids.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(wts.data(), wts_, wts.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    Routing routing;
+    routing.n_rows = n;
+    routing.k = ra.k;
+    for (int r = 0; r < n; ++r)
+      for (int j = 0; j < ra.k; ++j) {
+        routing.ids.push_back(ids[size_t(r) * kS + j]);
+        routing.weights.push_back(wts[size_t(r) * kS + j]);
+      }
+    hooks.on_routing(l, routing);
+  }
+  const int n_tot = E_ + (L.has_shared ? 1 : 0);
+  launch_group(ids_, n * kS, n_tot, nullptr, work_, stream_);
+  ExpertRun run;
+  run.x = h_, run.n = n, run.slots_per_row = kS, run.slot_weight = wts_;
+  run.h = hbuf_, run.h_stride = max_inter_, run.out = slot_out_;
+  run.max_active = std::min(n * kS, n_tot);
+  launch_expert_gate_up(L.experts, work_, run, stream_);
+  launch_expert_down(L.experts, work_, run, stream_);
+  launch_moe_combine(slot_out_, n, kS, H_, moe_out_, x_, stream_);
+  if (hooked && hooks.on_moe) {
+    std::vector<float> in(size_t(n) * H_), out(size_t(n) * H_);
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(in.data(), h_, in.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(out.data(), moe_out_, out.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    hooks.on_moe(l, in.data(), out.data(), n);
+  }
+}
+
+void CudaEngine::dense_mlp(int64_t l, int n) {
+  const DLayer& L = w_->layers[size_t(l)];
+  ExpertRun run;
+  run.x = h_, run.n = n, run.slots_per_row = 1;
+  run.h = hbuf_, run.h_stride = max_inter_, run.out = x_, run.dense = true;
+  launch_expert_gate_up(L.experts, work_, run, stream_);
+  launch_expert_down(L.experts, work_, run, stream_);
+}
+
+}  // namespace
+
+std::optional<int> parse_cuda_device(std::string_view device) {
+  if (device == "cuda") return 0;
+  if (device.substr(0, 5) != "cuda:" || device.size() == 5 || device.size() > 8) return std::nullopt;
+  int v = 0;
+  for (char ch : device.substr(5)) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    v = v * 10 + (ch - '0');
+  }
+  return v;
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::vector<std::vector<int32_t>> cold_tail(const ModelConfig& cfg, double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0)) fail("cold fraction {} is outside [0, 1]", fraction);
+  std::vector<std::vector<int32_t>> cold(size_t(cfg.n_layer));
+  const int64_t n_cold = int64_t(fraction * double(cfg.n_expert) + 0.5);
+  for (int64_t l = 0; l < cfg.n_layer; ++l)
+    if (cfg.layer_is_moe[size_t(l)])
+      for (int64_t e = cfg.n_expert - n_cold; e < cfg.n_expert; ++e) cold[size_t(l)].push_back(int32_t(e));
+  return cold;
+}
+
+std::unique_ptr<Engine> make_cuda_engine(const Model& model, const EngineOptions& options, const CudaOptions& cuda) {
+  return std::make_unique<CudaEngine>(model, options, cuda);
+}
+
+}  // namespace tandem

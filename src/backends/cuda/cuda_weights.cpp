@@ -1,0 +1,178 @@
+// Weight upload (see cuda_weights.cuh).
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cuda/cuda_weights.h"
+
+#include "core/error.h"
+
+namespace tandem::cuda {
+
+namespace {
+// Expert slices start 16-byte aligned, so the kernels' 16-byte loads stay aligned.
+size_t round16(size_t n) { return (n + 15) & ~size_t(15); }
+}  // namespace
+
+DeviceWeights::DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold) {
+  const auto& c = model.cfg;
+  embed = upload({&model.embed}, "model.embed_tokens.weight");
+  lm_head = model.lm_head.data == model.embed.data ? embed : upload({&model.lm_head}, "lm_head.weight");
+  final_norm = upload_f32(model.final_norm);
+  layers.resize(size_t(c.n_layer));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const auto& W = model.layers[size_t(l)];
+    const auto& a = W.attn;
+    auto& L = layers[size_t(l)];
+    L.attn_norm = upload_f32(W.attn_norm);
+    L.ffn_norm = upload_f32(W.ffn_norm);
+    if (c.mla) {
+      L.in_proj = c.q_lora_rank > 0 ? upload({&a.q_a, &a.kv_a}, "q_a_proj/kv_a_proj_with_mqa")
+                                    : upload({&a.q, &a.kv_a}, "q_proj/kv_a_proj_with_mqa");
+      if (c.q_lora_rank > 0) {
+        L.q_b = upload({&a.q_b}, "q_b_proj");
+        L.q_a_norm = upload_f32(a.q_a_norm);
+      }
+      L.kv_a_norm = upload_f32(a.kv_a_norm);
+      L.kv_b = upload({&a.kv_b}, "kv_b_proj");
+    } else {
+      L.in_proj = upload({&a.q, &a.k, &a.v}, "q_proj/k_proj/v_proj");
+      if (!a.q_norm.empty()) L.q_norm = upload_f32(a.q_norm);
+      if (!a.k_norm.empty()) L.k_norm = upload_f32(a.k_norm);
+    }
+    L.o = upload({&a.o}, "o_proj");
+    L.moe = W.moe;
+    if (!W.moe) {
+      L.experts = upload_experts({&W.dense}, {false}, 1, L, l);
+      continue;
+    }
+    L.router = upload({&W.router}, "mlp.gate");
+    if (!W.router_bias.empty()) L.router_bias = upload_f32(W.router_bias);
+    std::vector<const ExpertWeights*> ex;
+    std::vector<bool> is_cold(size_t(c.n_expert), false);
+    for (int32_t e : l < int64_t(cold.size()) ? cold[size_t(l)] : std::vector<int32_t>{}) is_cold[size_t(e)] = true;
+    for (const auto& e : W.experts) ex.push_back(&e);
+    L.has_shared = W.shared.present();
+    if (L.has_shared) {
+      ex.push_back(&W.shared);
+      is_cold.push_back(false);
+    }
+    L.experts = upload_experts(ex, is_cold, int(c.n_expert), L, l);
+  }
+}
+
+DeviceWeights::~DeviceWeights() {
+  for (void* p : dev_) cudaFree(p);
+  for (void* p : host_) cudaFreeHost(p);
+}
+
+void* DeviceWeights::dev_alloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 16));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    fail("GPU out of memory uploading {} ({} bytes; {:.2f} GiB free of {:.2f}): {}", what, bytes,
+         double(free_b) / (1 << 30), double(total) / (1 << 30), cudaGetErrorString(err));
+  }
+  dev_.push_back(p);
+  return p;
+}
+
+float* DeviceWeights::alloc_f32(size_t n) { return static_cast<float*>(dev_alloc(n * 4, "scratch")); }
+
+DMat DeviceWeights::upload(std::initializer_list<const TensorView*> parts, const char* what) {
+  DMat m;
+  const TensorView* first = *parts.begin();
+  m.wt = wtype_of(first->dtype, what);
+  m.cols = int(first->cols());
+  size_t bytes = 0;
+  for (const TensorView* p : parts) {
+    if (p->dtype != first->dtype)
+      fail("{}: the fused tensors differ in dtype ({} vs {})", what, dtype_name(p->dtype), dtype_name(first->dtype));
+    TANDEM_ASSERT(p->cols() == m.cols, "{}: fused tensors differ in width", what);
+    m.rows += int(p->rows());
+    bytes += p->nbytes();
+  }
+  char* d = static_cast<char*>(dev_alloc(bytes, what));
+  m.p = d;
+  for (const TensorView* p : parts) {
+    TANDEM_CUDA_CHECK(cudaMemcpy(d, p->data, p->nbytes(), cudaMemcpyHostToDevice));
+    d += p->nbytes();
+  }
+  return m;
+}
+
+const float* DeviceWeights::upload_f32(const TensorView& v) {
+  std::vector<float> f = to_f32(v);
+  float* d = alloc_f32(f.size());
+  TANDEM_CUDA_CHECK(cudaMemcpy(d, f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+  return d;
+}
+
+ExpertTable DeviceWeights::upload_experts(const std::vector<const ExpertWeights*>& experts,
+                                          const std::vector<bool>& cold, int n_routed, DLayer& L, int64_t layer) {
+  ExpertTable t;
+  const ExpertWeights& e0 = *experts[0];
+  t.wt = wtype_of(e0.gate.dtype, "expert weights");
+  t.hidden = int(e0.gate.cols());
+  t.n_routed = n_routed;
+  t.inter = int(e0.gate.rows());
+  t.shared_inter = int(experts.back()->gate.rows());
+  size_t hot = 0, cold_b = 0;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const ExpertWeights& e = *experts[i];
+    TANDEM_ASSERT(e.present(), "layer {} expert {} is not loaded", layer, i);
+    for (const TensorView* v : {&e.gate, &e.up, &e.down})
+      if (v->dtype != e0.gate.dtype)
+        fail("layer {} expert {}: dtype {} differs from the layer's {}", layer, i, dtype_name(v->dtype),
+             dtype_name(e0.gate.dtype));
+    for (const TensorView* v : {&e.gate, &e.up, &e.down}) (cold[i] ? cold_b : hot) += round16(v->nbytes());
+  }
+  char* hot_buf = static_cast<char*>(dev_alloc(hot, "experts"));
+  char* cold_buf = nullptr;
+  if (cold_b > 0) {
+    void* p = nullptr;
+    cudaError_t err = cudaHostAlloc(&p, cold_b, cudaHostAllocMapped);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      fail("pinned host memory for the cold experts of layer {} ({} bytes): {}", layer, cold_b,
+           cudaGetErrorString(err));
+    }
+    host_.push_back(p);
+    cold_buf = static_cast<char*>(p);
+  }
+  std::vector<const void*> ptrs(3 * experts.size());
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const ExpertWeights& e = *experts[i];
+    const TensorView* parts[3] = {&e.gate, &e.up, &e.down};
+    for (int j = 0; j < 3; ++j) {
+      const TensorView& v = *parts[j];
+      if (cold[i]) {
+        std::memcpy(cold_buf, v.data, v.nbytes());
+        void* dp = nullptr;
+        TANDEM_CUDA_CHECK(cudaHostGetDevicePointer(&dp, cold_buf, 0));
+        ptrs[size_t(j) * experts.size() + i] = dp;
+        cold_buf += round16(v.nbytes());
+      } else {
+        TANDEM_CUDA_CHECK(cudaMemcpy(hot_buf, v.data, v.nbytes(), cudaMemcpyHostToDevice));
+        ptrs[size_t(j) * experts.size() + i] = hot_buf;
+        hot_buf += round16(v.nbytes());
+      }
+    }
+  }
+  auto* table = static_cast<const void**>(dev_alloc(ptrs.size() * sizeof(void*), "expert table"));
+  TANDEM_CUDA_CHECK(cudaMemcpy(table, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  t.gate = table;
+  t.up = table + experts.size();
+  t.down = table + 2 * experts.size();
+  size_t shared_bytes = 0;
+  if (L.has_shared)
+    for (const TensorView* v : {&experts.back()->gate, &experts.back()->up, &experts.back()->down})
+      shared_bytes += round16(v->nbytes());
+  L.hot_bytes = hot - shared_bytes;
+  L.cold_bytes = cold_b;
+  return t;
+}
+
+}  // namespace tandem::cuda

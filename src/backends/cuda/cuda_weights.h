@@ -1,0 +1,66 @@
+// The model's weights on the GPU: matrices uploaded in their checkpoint dtype (fused where one launch
+// can serve several: [q; k; v], [q_a; kv_a]), norm vectors and router biases widened to f32, routed
+// and shared experts packed per layer with device-readable pointer tables. Cold experts of the host
+// lane go to mapped pinned host memory instead of HBM. Owns every allocation it makes.
+#pragma once
+
+#include <vector>
+
+#include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/moe.cuh"
+#include "models/model.h"
+
+namespace tandem::cuda {
+
+struct DMat {
+  const void* p = nullptr;  // [rows, cols] in wt
+  WType wt = WType::kF32;
+  int rows = 0, cols = 0;
+};
+
+struct DLayer {
+  const float* attn_norm = nullptr;  // [H]
+  const float* ffn_norm = nullptr;   // [H]
+  DMat in_proj;                      // GQA [q; k; v]; MLA [q_a (or q); kv_a]
+  DMat q_b;                          // MLA with q_lora
+  DMat kv_b;                         // MLA [n_head * (nope + v), kv_lora]
+  DMat o;                            // [H, n_head * v_width]
+  const float* q_norm = nullptr;     // GQA q/k norms, f32
+  const float* k_norm = nullptr;
+  const float* q_a_norm = nullptr;   // MLA
+  const float* kv_a_norm = nullptr;
+  bool moe = false;
+  DMat router;                       // [E, H]
+  const float* router_bias = nullptr;  // [E] or null
+  ExpertTable experts;               // routed [0, E) + shared at E (when present); dense: the MLP at 0
+  bool has_shared = false;
+  size_t hot_bytes = 0, cold_bytes = 0;  // routed expert bytes in HBM / in pinned host memory
+};
+
+class DeviceWeights {
+ public:
+  // cold: per layer, experts to place in mapped pinned host memory (validated by the caller).
+  DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold);
+  ~DeviceWeights();
+  DeviceWeights(const DeviceWeights&) = delete;
+  DeviceWeights& operator=(const DeviceWeights&) = delete;
+
+  DMat embed, lm_head;
+  const float* final_norm = nullptr;
+  std::vector<DLayer> layers;
+
+  // f32 device buffer of n floats (owned here).
+  float* alloc_f32(size_t n);
+
+ private:
+  void* dev_alloc(size_t bytes, const char* what);
+  DMat upload(std::initializer_list<const TensorView*> parts, const char* what);
+  const float* upload_f32(const TensorView& v);
+  ExpertTable upload_experts(const std::vector<const ExpertWeights*>& experts, const std::vector<bool>& cold,
+                             int n_routed, DLayer& L, int64_t layer);
+
+  std::vector<void*> dev_;
+  std::vector<void*> host_;
+};
+
+}  // namespace tandem::cuda

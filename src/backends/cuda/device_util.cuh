@@ -1,0 +1,139 @@
+// Device-side building blocks shared by the kernels (included by .cu files only): 16-byte weight
+// loads widened to f32, warp/block reductions, and the multi-row dot product every GEMV-like kernel
+// (dense linear, experts, MLA expansion) is built on: one warp streams a weight row once and
+// multiplies it with up to R activation rows held in f32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+// Weights per 16-byte load.
+template <class T>
+constexpr int vec_of() {
+  return 16 / int(sizeof(T));
+}
+
+// Loads 16 bytes of weights at p (16-byte aligned) as vec_of<T>() floats.
+template <class T>
+__device__ __forceinline__ void load_w16(const T* p, float* out);
+
+template <>
+__device__ __forceinline__ void load_w16<float>(const float* p, float* out) {
+  float4 v = __ldg(reinterpret_cast<const float4*>(p));
+  out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+}
+template <>
+__device__ __forceinline__ void load_w16<__nv_bfloat16>(const __nv_bfloat16* p, float* out) {
+  uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(w[i] << 16);
+    out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+template <>
+__device__ __forceinline__ void load_w16<__half>(const __half* p, float* out) {
+  uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 h = *reinterpret_cast<const __half2*>(&w[i]);
+    float2 f = __half22float2(h);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024). `red` holds 32 values of shared
+// memory. Every thread gets the result. Contains __syncthreads.
+template <class V>
+__device__ __forceinline__ V block_sum(V v, V* red) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  V t = lane < nw ? red[lane] : V(0);
+  return warp_sum(t);
+}
+__device__ __forceinline__ float block_max(float v, float* red) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = lane < nw ? red[lane] : -INFINITY;
+  return warp_max(t);
+}
+
+// acc[w][r] += Σ_k W_w[k] · x_r[k] for NW weight rows (sharing the activation loads) and nr ≤ R
+// activation rows, partial per lane (reduce with warp_sum afterwards). `vec`: W rows and x rows are
+// 16-byte aligned and K is a multiple of vec_of<T>() (then 16-byte loads; else a scalar loop).
+template <class T, int NW, int R>
+__device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, const float* const (&x)[R], int nr,
+                                              bool vec, float (&acc)[NW][R]) {
+  const int lane = threadIdx.x % kWarp;
+  if (vec) {
+    constexpr int V = vec_of<T>();
+#pragma unroll 4
+    for (int k = lane * V; k < K; k += kWarp * V) {
+      float wf[NW][V];
+#pragma unroll
+      for (int i = 0; i < NW; ++i) load_w16<T>(w[i] + k, wf[i]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r < nr) {
+          const float4* xp = reinterpret_cast<const float4*>(x[r] + k);
+#pragma unroll
+          for (int q = 0; q < V / 4; ++q) {
+            float4 xv = xp[q];
+#pragma unroll
+            for (int i = 0; i < NW; ++i)
+              acc[i][r] += wf[i][4 * q] * xv.x + wf[i][4 * q + 1] * xv.y + wf[i][4 * q + 2] * xv.z +
+                           wf[i][4 * q + 3] * xv.w;
+          }
+        }
+      }
+    }
+  } else {
+    for (int k = lane; k < K; k += kWarp) {
+      float wf[NW];
+#pragma unroll
+      for (int i = 0; i < NW; ++i) wf[i] = to_f32(w[i][k]);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r < nr)
+#pragma unroll
+          for (int i = 0; i < NW; ++i) acc[i][r] += wf[i] * x[r][k];
+    }
+  }
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,85 @@
+// Dense projection and embedding kernels (see linear.cuh).
+#include "backends/cuda/device_util.cuh"
+#include "backends/cuda/linear.cuh"
+
+namespace tandem::cuda {
+
+namespace {
+
+constexpr int kLinearWarps = 8;
+constexpr int kRows = 8;
+
+template <class T>
+__global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs a, bool vec) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int m = blockIdx.x * kLinearWarps + warp;
+  if (m >= a.M) return;
+  const int b = blockIdx.y;
+  const T* w[1] = {static_cast<const T*>(a.w) + b * a.w_bstride + int64_t(m) * a.w_ld};
+  const float* xb = a.x + b * a.x_bstride;
+  float* yb = a.y + b * a.y_bstride;
+  for (int r0 = 0; r0 < a.n; r0 += kRows) {
+    const int nr = min(kRows, a.n - r0);
+    const float* x[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = r0 + min(r, nr - 1);
+      x[r] = xb + int64_t(a.x_rows ? a.x_rows[row] : row) * a.x_stride;
+    }
+    float acc[1][kRows] = {};
+    warp_dot_rows<T, 1, kRows>(w, a.K, x, nr, vec, acc);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= nr) break;
+      float v = warp_sum(acc[0][r]);
+      if (lane == 0) {
+        float* dst = yb + int64_t(r0 + r) * a.y_stride + m;
+        *dst = a.accumulate ? *dst + v : v;
+      }
+    }
+  }
+}
+
+template <class T>
+__global__ void embedding_kernel(const T* embed, int H, const int32_t* tokens, float* x) {
+  const int r = blockIdx.x;
+  const T* src = embed + int64_t(tokens[r]) * H;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) x[int64_t(r) * H + i] = to_f32(src[i]);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+
+void launch_linear(const LinearArgs& a, cudaStream_t stream) {
+  if (a.n == 0 || a.M == 0) return;
+  const int64_t V = 16 / int64_t(wtype_size(a.wt));
+  const bool vec = a.K % V == 0 && a.w_ld % V == 0 && a.w_bstride % V == 0 && a.x_stride % 4 == 0 &&
+                   a.x_bstride % 4 == 0 && aligned16(a.w) && aligned16(a.x);
+  dim3 grid((a.M + kLinearWarps - 1) / kLinearWarps, a.batch);
+  switch (a.wt) {
+    case WType::kF32: linear_kernel<float><<<grid, kLinearWarps * kWarp, 0, stream>>>(a, vec); break;
+    case WType::kBF16: linear_kernel<__nv_bfloat16><<<grid, kLinearWarps * kWarp, 0, stream>>>(a, vec); break;
+    case WType::kF16: linear_kernel<__half><<<grid, kLinearWarps * kWarp, 0, stream>>>(a, vec); break;
+  }
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_embedding(const void* embed, WType wt, int H, const int32_t* tokens, int n, float* x,
+                      cudaStream_t stream) {
+  if (n == 0) return;
+  switch (wt) {
+    case WType::kF32:
+      embedding_kernel<<<n, 256, 0, stream>>>(static_cast<const float*>(embed), H, tokens, x);
+      break;
+    case WType::kBF16:
+      embedding_kernel<<<n, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(embed), H, tokens, x);
+      break;
+    case WType::kF16:
+      embedding_kernel<<<n, 256, 0, stream>>>(static_cast<const __half*>(embed), H, tokens, x);
+      break;
+  }
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace tandem::cuda

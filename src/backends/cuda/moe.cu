@@ -1,0 +1,347 @@
+// MoE kernels (see moe.cuh).
+#include <cub/block/block_scan.cuh>
+
+#include "backends/cuda/device_util.cuh"
+#include "backends/cuda/moe.cuh"
+
+namespace tandem::cuda {
+
+namespace {
+
+constexpr int kRouteWarps = 4;
+
+// Best (largest value, then lowest id) over v[0..n) across the warp; every lane gets the answer.
+__device__ void warp_argmax(const float* v, int n, float& best, int& best_id) {
+  const int lane = threadIdx.x % kWarp;
+  best = -INFINITY;
+  best_id = INT_MAX;
+  for (int e = lane; e < n; e += kWarp)
+    if (v[e] > best || (v[e] == best && e < best_id)) {
+      best = v[e];
+      best_id = e;
+    }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    int oi = __shfl_xor_sync(0xffffffffu, best_id, o);
+    if (ov > best || (ov == best && oi < best_id)) {
+      best = ov;
+      best_id = oi;
+    }
+  }
+}
+
+__global__ void route_kernel(RouteArgs a) {
+  extern __shared__ float sm[];
+  __shared__ float group_score[kRouteWarps][32];
+  __shared__ uint32_t group_sel[kRouteWarps];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int r = blockIdx.x * kRouteWarps + warp;
+  if (r >= a.n) return;
+  const int E = a.n_expert, kS = a.k + (a.shared_slot ? 1 : 0);
+  float* score = sm + warp * 2 * E;  // probabilities / sigmoid scores
+  float* pick = score + E;           // the values selection runs on (picked ones become -inf)
+  const float* l = a.logits + int64_t(r) * E;
+  int32_t* ids = a.ids + int64_t(r) * kS;
+  float* wts = a.weights + int64_t(r) * kS;
+  if (a.kind == RouteKind::kSoftmaxTopK) {
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += kWarp) mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int e = lane; e < E; e += kWarp) sum += (score[e] = expf(l[e] - mx));
+    sum = warp_sum(sum);
+    for (int e = lane; e < E; e += kWarp) pick[e] = (score[e] /= sum);
+  } else {
+    for (int e = lane; e < E; e += kWarp) {
+      const float s = 1.0f / (1.0f + expf(-l[e]));
+      score[e] = s;
+      pick[e] = s + (a.bias ? a.bias[e] : 0.0f);
+    }
+    __syncwarp();
+    const int per_group = E / a.n_group;
+    if (lane < a.n_group) {
+      const float* c = pick + lane * per_group;
+      float b1 = -INFINITY, b2 = -INFINITY;
+      for (int i = 0; i < per_group; ++i) {
+        if (c[i] > b1) {
+          b2 = b1;
+          b1 = c[i];
+        } else if (c[i] > b2) {
+          b2 = c[i];
+        }
+      }
+      float s = 0.0f;
+      s += b1;
+      if (per_group > 1) s += b2;
+      group_score[warp][lane] = s;
+    }
+    __syncwarp();
+    if (lane == 0) {
+      uint32_t sel = 0;
+      for (int j = 0; j < a.topk_group; ++j) {
+        int bi = -1;
+        for (int g = 0; g < a.n_group; ++g)
+          if (!(sel >> g & 1u) && (bi < 0 || group_score[warp][g] > group_score[warp][bi])) bi = g;
+        sel |= 1u << bi;
+      }
+      group_sel[warp] = sel;
+    }
+    __syncwarp();
+    const uint32_t sel = group_sel[warp];
+    // Experts outside the chosen groups score 0.0 (not -inf), as the reference masks them.
+    for (int e = lane; e < E; e += kWarp)
+      if (!(sel >> (e / per_group) & 1u)) pick[e] = 0.0f;
+  }
+  __syncwarp();
+  float ksum = 0.0f;
+  for (int j = 0; j < a.k; ++j) {
+    float best;
+    int id;
+    warp_argmax(pick, E, best, id);
+    __syncwarp();
+    if (lane == 0) {
+      pick[id] = -INFINITY;
+      ids[j] = id;
+      wts[j] = score[id];
+      ksum += score[id];
+    }
+    __syncwarp();
+  }
+  if (lane == 0) {
+    for (int j = 0; j < a.k; ++j) {
+      float w = wts[j];
+      if (a.kind == RouteKind::kSoftmaxTopK) {
+        wts[j] = a.norm_topk ? w / ksum : w;
+      } else {
+        if (a.norm_topk) w /= (ksum + 1e-20f);
+        wts[j] = float(double(w) * a.routed_scaling);
+      }
+    }
+    if (a.shared_slot) {
+      ids[a.k] = E;
+      wts[a.k] = 1.0f;
+    }
+  }
+}
+
+constexpr int kGroupThreads = 1024;
+constexpr int kGroupItems = kMaxGroupExperts / kGroupThreads;
+
+__global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids, int n_slots, int n_experts,
+                                                              const uint8_t* cold_mask, MoeWork w) {
+  using Scan = cub::BlockScan<int, kGroupThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int count[kMaxGroupExperts];
+  __shared__ int offset[kMaxGroupExperts];
+  __shared__ int n_cold;
+  extern __shared__ int local_pos[];  // [n_slots]
+  const int t = threadIdx.x;
+  for (int e = t; e < n_experts; e += kGroupThreads) count[e] = 0;
+  if (t == 0) n_cold = 0;
+  __syncthreads();
+  for (int s = t; s < n_slots; s += kGroupThreads) {
+    const int e = ids[s];
+    if (cold_mask && cold_mask[e])
+      w.cold_slots[atomicAdd(&n_cold, 1)] = s, local_pos[s] = -1;
+    else
+      local_pos[s] = atomicAdd(&count[e], 1);
+  }
+  __syncthreads();
+  int cnt[kGroupItems], act[kGroupItems], off[kGroupItems], aidx[kGroupItems];
+#pragma unroll
+  for (int i = 0; i < kGroupItems; ++i) {
+    const int e = t * kGroupItems + i;
+    cnt[i] = e < n_experts ? count[e] : 0;
+    act[i] = cnt[i] > 0;
+  }
+  int total_active = 0;
+  Scan(scan_tmp).ExclusiveSum(cnt, off);
+  __syncthreads();
+  Scan(scan_tmp).ExclusiveSum(act, aidx, total_active);
+#pragma unroll
+  for (int i = 0; i < kGroupItems; ++i) {
+    const int e = t * kGroupItems + i;
+    if (e < n_experts) offset[e] = off[i];
+    if (act[i]) {
+      w.act_expert[aidx[i]] = e;
+      w.act_offset[aidx[i]] = off[i];
+      w.act_count[aidx[i]] = cnt[i];
+    }
+  }
+  if (t == 0) {
+    *w.n_active = total_active;
+    *w.n_cold = n_cold;
+  }
+  __syncthreads();
+  for (int s = t; s < n_slots; s += kGroupThreads)
+    if (local_pos[s] >= 0) w.slot_list[offset[ids[s]] + local_pos[s]] = s;
+}
+
+constexpr int kExpertWarps = 8;
+constexpr int kExpertRows = 8;
+
+struct ExpertSlice {
+  int e, off, cnt;
+};
+
+__device__ __forceinline__ bool expert_slice(const MoeWork& w, const ExpertRun& r, ExpertSlice& s) {
+  if (r.dense) {
+    s = {0, 0, r.n};
+    return true;
+  }
+  const int ai = blockIdx.x;
+  if (ai >= *w.n_active) return false;
+  s = {w.act_expert[ai], w.act_offset[ai], w.act_count[ai]};
+  return true;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kExpertWarps * kWarp)
+    expert_gate_up_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
+  ExpertSlice s;
+  if (!expert_slice(w, r, s)) return;
+  const int inter = s.e < t.n_routed ? t.inter : t.shared_inter;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int j = blockIdx.y * kExpertWarps + warp;
+  if (j >= inter) return;
+  const T* wr[2] = {static_cast<const T*>(t.gate[s.e]) + int64_t(j) * t.hidden,
+                    static_cast<const T*>(t.up[s.e]) + int64_t(j) * t.hidden};
+  for (int c0 = 0; c0 < s.cnt; c0 += kExpertRows) {
+    const int nr = min(kExpertRows, s.cnt - c0);
+    const float* x[kExpertRows];
+#pragma unroll
+    for (int i = 0; i < kExpertRows; ++i) {
+      const int c = s.off + c0 + min(i, nr - 1);
+      const int row = r.dense ? c : w.slot_list[c] / r.slots_per_row;
+      x[i] = r.x + int64_t(row) * t.hidden;
+    }
+    float acc[2][kExpertRows] = {};
+    warp_dot_rows<T, 2, kExpertRows>(wr, t.hidden, x, nr, vec, acc);
+#pragma unroll
+    for (int i = 0; i < kExpertRows; ++i) {
+      if (i >= nr) break;
+      const float g = warp_sum(acc[0][i]), u = warp_sum(acc[1][i]);
+      if (lane == 0) r.h[int64_t(s.off + c0 + i) * r.h_stride + j] = g / (1.0f + expf(-g)) * u;
+    }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kExpertWarps * kWarp)
+    expert_down_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
+  ExpertSlice s;
+  if (!expert_slice(w, r, s)) return;
+  const int inter = s.e < t.n_routed ? t.inter : t.shared_inter;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int m = blockIdx.y * kExpertWarps + warp;
+  if (m >= t.hidden) return;
+  const T* wr[1] = {static_cast<const T*>(t.down[s.e]) + int64_t(m) * inter};
+  for (int c0 = 0; c0 < s.cnt; c0 += kExpertRows) {
+    const int nr = min(kExpertRows, s.cnt - c0);
+    const float* x[kExpertRows];
+#pragma unroll
+    for (int i = 0; i < kExpertRows; ++i) x[i] = r.h + int64_t(s.off + c0 + min(i, nr - 1)) * r.h_stride;
+    float acc[1][kExpertRows] = {};
+    warp_dot_rows<T, 1, kExpertRows>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc);
+#pragma unroll
+    for (int i = 0; i < kExpertRows; ++i) {
+      if (i >= nr) break;
+      const float v = warp_sum(acc[0][i]);
+      if (lane == 0) {
+        const int c = s.off + c0 + i;
+        if (r.dense) {
+          r.out[int64_t(c) * t.hidden + m] += v;
+        } else {
+          const int slot = w.slot_list[c];
+          r.out[int64_t(slot) * t.hidden + m] = r.slot_weight[slot] * v;
+        }
+      }
+    }
+  }
+}
+
+__global__ void moe_combine_kernel(const float* slot_out, int kS, int H, float* moe_out, float* x) {
+  const int r = blockIdx.x;
+  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < H; i += gridDim.y * blockDim.x) {
+    float v = 0.0f;
+    for (int j = 0; j < kS; ++j) v += slot_out[(int64_t(r) * kS + j) * H + i];
+    moe_out[int64_t(r) * H + i] = v;
+    x[int64_t(r) * H + i] += v;
+  }
+}
+
+// Vector loads need H and the h stride to be multiples of the 16-byte width (pointers come from
+// cudaMalloc/cudaHostAlloc and are sliced at expert granularity, which keeps them aligned).
+bool expert_vec(const ExpertTable& t, const ExpertRun& r) {
+  const int V = 16 / int(wtype_size(t.wt));
+  return t.hidden % V == 0 && r.h_stride % 4 == 0;
+}
+
+dim3 expert_grid(const ExpertRun& r, int features) {
+  return dim3(r.dense ? 1 : r.max_active, (features + kExpertWarps - 1) / kExpertWarps);
+}
+
+}  // namespace
+
+void launch_route(const RouteArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return;
+  TANDEM_CUDA_REQUIRE(a.n_group >= 1 && a.n_group <= 32 && a.n_expert % a.n_group == 0, "bad group count");
+  const size_t smem = size_t(kRouteWarps) * 2 * a.n_expert * sizeof(float);
+  if (smem > 48 * 1024)
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  route_kernel<<<(a.n + kRouteWarps - 1) / kRouteWarps, kRouteWarps * kWarp, smem, stream>>>(a);
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
+                  cudaStream_t stream) {
+  TANDEM_CUDA_REQUIRE(n_experts <= kMaxGroupExperts, "too many experts to group");
+  const size_t smem = size_t(n_slots) * sizeof(int);
+  TANDEM_CUDA_REQUIRE(smem <= 160 * 1024, "too many slots to group");
+  // The kernel's static shared memory (~40 KB) plus the slots' may pass 48 KB: always allow 160 KB more.
+  static const bool allowed = [] {
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    return true;
+  }();
+  (void)allowed;
+  group_kernel<<<1, kGroupThreads, smem, stream>>>(ids, n_slots, n_experts, cold_mask, w);
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
+  if (r.n == 0) return;
+  const dim3 grid = expert_grid(r, std::max(t.inter, t.shared_inter));
+  const bool vec = expert_vec(t, r);
+  switch (t.wt) {
+    case WType::kF32: expert_gate_up_kernel<float><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
+    case WType::kBF16:
+      expert_gate_up_kernel<__nv_bfloat16><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec);
+      break;
+    case WType::kF16: expert_gate_up_kernel<__half><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
+  }
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
+  if (r.n == 0) return;
+  const dim3 grid = expert_grid(r, t.hidden);
+  const bool vec = expert_vec(t, r);
+  switch (t.wt) {
+    case WType::kF32: expert_down_kernel<float><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
+    case WType::kBF16:
+      expert_down_kernel<__nv_bfloat16><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec);
+      break;
+    case WType::kF16: expert_down_kernel<__half><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
+  }
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_moe_combine(const float* slot_out, int n, int kS, int H, float* moe_out, float* x,
+                        cudaStream_t stream) {
+  if (n == 0) return;
+  moe_combine_kernel<<<dim3(n, (H + 255) / 256), 256, 0, stream>>>(slot_out, kS, H, moe_out, x);
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace tandem::cuda

@@ -5,6 +5,9 @@
 
 #include "core/thread_pool.h"
 #include "placement/fingerprint.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "backends/cuda/cuda_engine.h"
+#endif
 
 namespace tandem::cli {
 
@@ -12,9 +15,11 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
   app.add_option("--model", o.model_dir, "Model folder (config.json + safetensors)")->required();
   app.add_option("--threads", o.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--ctx", o.max_ctx, "Context limit per sequence (default: the model's max_position_embeddings)");
-  app.add_option("--device", o.device, "cpu (default)");
-  app.add_option("--lane", o.lane, "Where cold experts run: local (every expert here, default) or peer (a sidecar "
-                                   "process started with `tandem peer`)");
+  app.add_option("--device", o.device, "cpu (default), or cuda / cuda:N when built with the CUDA backend");
+  app.add_option("--lane", o.lane,
+                 "Where the rowmap's cold experts run: local (every expert on the device, default), peer (a sidecar "
+                 "process started with `tandem peer`; cpu), host (cuda: cold experts in pinned host memory, read "
+                 "over PCIe by the GPU)");
   app.add_option("--peer", o.peer, "Lane name of the peer (lane peer)");
   app.add_option("--rowmap", o.rowmap, "Rowmap the peer serves (lane peer)");
   app.add_option("--peer-spin-limit", o.peer_spin_limit_us,
@@ -23,19 +28,49 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
                  "Check gate: recompute every Nth handoff per layer here and record the cosine (0 = off)");
 }
 
+namespace {
+std::unique_ptr<Rowmap> load_rowmap(const ModelOptions& o, const Model& model) {
+  if (o.rowmap.empty()) fail("--lane {} needs --rowmap R (tandem plan)", o.lane);
+  auto rm = std::make_unique<Rowmap>(Rowmap::load(o.rowmap));
+  validate(*rm, model.cfg, model_fingerprint(model.cfg, model.store), o.rowmap);
+  return rm;
+}
+}  // namespace
+
 Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
-  if (o.device != "cpu") fail("--device {}: this build runs on the cpu only", o.device);
+  const bool cpu = o.device == "cpu";
+#ifdef TANDEM_HAVE_CUDA
+  const std::optional<int> gpu = parse_cuda_device(o.device);
+  if (!cpu && !gpu) fail("--device {}: unknown device (cpu, cuda, cuda:N)", o.device);
+#else
+  if (!cpu) fail("--device {}: this build has no CUDA backend (cpu only)", o.device);
+#endif
   set_global_threads(o.threads);
   Runtime rt;
   rt.model = Model::load(o.model_dir);
   EngineOptions eo;
   eo.max_seqs = max_seqs;
   eo.max_ctx = o.max_ctx;
+#ifdef TANDEM_HAVE_CUDA
+  if (gpu) {
+    CudaOptions co;
+    co.device = *gpu;
+    if (o.lane == "host") {
+      rt.rowmap = load_rowmap(o, *rt.model);
+      co.lane = CudaLane::kHost;
+      co.cold.assign(size_t(rt.model->cfg.n_layer), {});
+      for (const auto& layer : rt.rowmap->layers) co.cold[size_t(layer.layer)] = layer.cold;
+    } else if (o.lane != "local") {
+      fail("--lane {}: not available on cuda yet (supported: local, host)", o.lane);
+    }
+    rt.engine = make_cuda_engine(*rt.model, eo, co);
+    return rt;
+  }
+#endif
   ExpertExecutor* experts = nullptr;
   if (o.lane == "peer") {
     if (o.peer.empty() || o.rowmap.empty()) fail("--lane peer needs --peer NAME and --rowmap R");
-    rt.rowmap = std::make_unique<Rowmap>(Rowmap::load(o.rowmap));
-    validate(*rt.rowmap, rt.model->cfg, model_fingerprint(rt.model->cfg, rt.model->store), o.rowmap);
+    rt.rowmap = load_rowmap(o, *rt.model);
     PeerLaneOptions po;
     po.lane = o.peer;
     po.spin_limit_us = o.peer_spin_limit_us;
@@ -43,7 +78,7 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
     rt.peer = std::make_unique<PeerExperts>(*rt.model, *rt.rowmap, po, global_pool());
     experts = rt.peer.get();
   } else if (o.lane != "local") {
-    fail("--lane {}: unknown lane on the cpu (supported: local, peer)", o.lane);
+    fail("--lane {}: not a lane on the cpu (supported: local, peer)", o.lane);
   } else if (!o.peer.empty() || o.peer_check) {
     fail("--peer and --peer-check need --lane peer");
   }

@@ -28,9 +28,18 @@ std::vector<Doc> corpus_docs() {
   for (int i = 0; i < 5; ++i) {
     std::string prose, code;
     for (int r = 0; r <= i; ++r) prose += "The quick brown fox jumps over the lazy dog. ";
-    for (int r = 0; r < 2 + i; ++r) code += "int f" + std::to_string(r) + "(int x) { return x * " + std::to_string(i) + "; }\n";
-    docs.push_back({"prose", "p" + std::to_string(i), prose});
-    docs.push_back({"code", "c" + std::to_string(i), code});
+    for (int r = 0; r < 2 + i; ++r) {
+      code += "int f";
+      code += std::to_string(r);
+      code += "(int x) { return x * ";
+      code += std::to_string(i);
+      code += "; }\n";
+    }
+    std::string p_name = "p", c_name = "c";
+    p_name += std::to_string(i);
+    c_name += std::to_string(i);
+    docs.push_back({"prose", p_name, prose});
+    docs.push_back({"code", c_name, code});
   }
   return docs;
 }

@@ -1,8 +1,11 @@
-// `tandem info`: what a checkpoint is, where its bytes are, and what a token of KV cache costs.
+// `tandem info`: what a checkpoint is (with its model fingerprint), where its bytes are, what the
+// placement planner counts as fixed on the primary, and what a token of KV cache costs.
 #include <fmt/format.h>
 
 #include "cli/command.h"
 #include "models/model.h"
+#include "placement/fingerprint.h"
+#include "placement/memory_model.h"
 
 namespace tandem::cli {
 namespace {
@@ -49,6 +52,7 @@ RunFn setup(CLI::App& app) {
     const size_t total = m->store.total_bytes();
     for (const auto& name : m->store.names()) params += size_t(m->store.find(name)->numel());
     fmt::print("model            {}\n", *dir);
+    fmt::print("fingerprint      {}\n", model_fingerprint(c, m->store));
     fmt::print("architecture     {} ({} layers, {} MoE; hidden {}, vocab {})\n", c.model_type, c.n_layer,
                c.n_moe_layers(), c.hidden_size, c.vocab_size);
     if (c.mla)
@@ -74,6 +78,12 @@ RunFn setup(CLI::App& app) {
       const auto& L = m->layers[size_t(std::find(c.layer_is_moe.begin(), c.layer_is_moe.end(), true) - c.layer_is_moe.begin())];
       fmt::print("one expert       {}\n", human(double(L.experts[0].nbytes())));
     }
+    const ModelBytes mb = model_bytes(c, m->store);
+    fmt::print("planner          fixed on the primary {} (all but routed experts), one routed expert {}, "
+               "all routed {}{}{}\n",
+               format_bytes(mb.primary_fixed()), format_bytes(mb.expert_bytes), format_bytes(mb.routed_experts),
+               mb.other ? fmt::format(", unclassified {} (counted as fixed)", format_bytes(mb.other)) : std::string(),
+               mb.unused ? fmt::format(", unused layers {} (not loaded)", format_bytes(mb.unused)) : std::string());
     const int64_t kv = c.kv_floats_per_token_layer() * c.n_layer;
     fmt::print("KV cache / token {} values: {} at bf16, {} at f32 ({})\n", kv, human(double(kv * 2)),
                human(double(kv * 4)), c.mla ? "MLA: kv_lora + rope per layer" : "GQA: 2 x kv heads x head_dim per layer");

@@ -152,7 +152,9 @@ TEST_P(CudaPeerOracle, SameFunctionAsTheLocalLane) {
     int64_t checked = 0;
     for (const auto& c : st->checks) {
       checked += c.checks;
-      if (c.checks) EXPECT_GE(c.min_cosine, 0.999);
+      if (c.checks) {
+        EXPECT_GE(c.min_cosine, 0.999);
+      }
     }
     EXPECT_GT(checked, 0);
   }

@@ -2,10 +2,15 @@
 // time decode steps (graph replays, logits back to the host each step) and compare the step time with
 // its memory bound: bytes the step must read (all non-expert weights but the embedding, plus every
 // routed expert the step touched, counted from the routing of a probe step) over HBM bandwidth, and
-// for the host lane the cold experts' bytes over the PCIe link. Prints a table; --json writes it.
+// for the host lane the cold experts' bytes over the PCIe link. The peer lane needs a running
+// `tandem peer` (--peer NAME) serving --rowmap R; --write-rowmap R writes the stand-in placement (the
+// --cold-fraction highest ids of every MoE layer) for it and exits. With --rowmap every split lane uses
+// its cold lists. Peer rows add handoffs per step, wait p50/p99 (histogram upper bounds), overruns and
+// the cold share of routed slots. Prints a table; --json writes it.
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,6 +20,8 @@
 #include <vector>
 
 #include "models/model.h"
+#include "placement/fingerprint.h"
+#include "placement/rowmap.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include "backends/cuda/cuda_engine.h"
@@ -25,7 +32,8 @@ namespace {
 constexpr double kHbm = 4.4e12, kPcie = 51e9;  // measured on the H200 box (BRIEF)
 
 struct Args {
-  std::string model, lanes = "local,host", batches = "1,8,16,32", json;
+  std::string model, lanes = "local,host", batches = "1,8,16,32", json, peer, rowmap, write_rowmap;
+  uint64_t spin_limit_us = 2000;
   double cold_fraction = 89.0 / 384.0;
   int steps = 64, prompt = 16, ctx = 1024;
 };
@@ -40,9 +48,47 @@ std::vector<std::string> split(const std::string& s) {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// Upper bound (µs) of the bucket holding quantile q of the histogram delta.
+uint64_t hist_quantile(const peer::ClientStats& b, const peer::ClientStats& e, double q) {
+  uint64_t total = e.handoffs - b.handoffs, seen = 0;
+  if (total == 0) return 0;
+  const uint64_t target = uint64_t(std::ceil(q * double(total)));
+  for (int i = 0; i < peer::kWaitBuckets; ++i) {
+    seen += e.wait_hist[size_t(i)] - b.wait_hist[size_t(i)];
+    if (seen >= target) return uint64_t(1) << i;
+  }
+  return 0;
+}
+
 int run(const Args& a) {
   auto model = Model::load(a.model);
   const auto& c = model->cfg;
+  if (!a.write_rowmap.empty()) {
+    auto cold = cold_tail(c, a.cold_fraction);
+    Rowmap rm;
+    rm.fingerprint = model_fingerprint(c, model->store);
+    rm.source.mode = "bench";
+    rm.source.policy = "cold-tail";
+    rm.source.budget = fmt::format("cold fraction {}", a.cold_fraction);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      if (!c.layer_is_moe[size_t(l)]) continue;
+      RowmapLayer layer;
+      layer.layer = l;
+      std::vector<bool> is_cold(size_t(c.n_expert), false);
+      for (int32_t e : cold[size_t(l)]) is_cold[size_t(e)] = true;
+      for (int64_t e = 0; e < c.n_expert; ++e) (is_cold[size_t(e)] ? layer.cold : layer.hot).push_back(int32_t(e));
+      rm.layers.push_back(layer);
+    }
+    rm.finalize();
+    rm.save(a.write_rowmap);
+    fmt::print(stderr, "wrote {}\n", a.write_rowmap);
+    return 0;
+  }
+  std::unique_ptr<Rowmap> rowmap;
+  if (!a.rowmap.empty()) {
+    rowmap = std::make_unique<Rowmap>(Rowmap::load(a.rowmap));
+    validate(*rowmap, c, model_fingerprint(c, model->store), a.rowmap);
+  }
   // Bytes every step reads whatever the routing: all weights but the embedding and the routed experts.
   size_t routed = 0;
   const size_t total = model->store.total_bytes();
@@ -57,9 +103,22 @@ int run(const Args& a) {
   for (const std::string& lane : split(a.lanes)) {
     CudaOptions co;
     std::vector<std::vector<int32_t>> cold(size_t(c.n_layer));
+    auto cold_lists = [&] {
+      if (!rowmap) return cold_tail(c, a.cold_fraction);
+      std::vector<std::vector<int32_t>> out(size_t(c.n_layer));
+      for (const auto& l : rowmap->layers) out[size_t(l.layer)] = l.cold;
+      return out;
+    };
     if (lane == "host") {
       co.lane = CudaLane::kHost;
-      co.cold = cold = cold_tail(c, a.cold_fraction);
+      co.cold = cold = cold_lists();
+    } else if (lane == "peer") {
+      if (a.peer.empty() || !rowmap) fail("--lanes peer needs --peer NAME and --rowmap R (a running `tandem peer`)");
+      co.lane = CudaLane::kPeer;
+      co.cold = cold = cold_lists();
+      co.peer = a.peer;
+      co.peer_fingerprint = lane_fingerprint(*rowmap);
+      co.peer_spin_limit_us = a.spin_limit_us;
     } else if (lane != "local") {
       fail("--lanes: unknown lane '{}'", lane);
     }
@@ -98,9 +157,26 @@ int run(const Args& a) {
       step(0);
       engine->hooks = {};
       for (int s = 1; s <= 3; ++s) step(s);  // eager, capture, replay
+      const auto p0 = cuda_peer_stats(*engine);
       const double t1 = now();
       for (int s = 0; s < a.steps; ++s) step(4 + s);
       const double ms = (now() - t1) / a.steps * 1e3;
+      const auto p1 = cuda_peer_stats(*engine);
+      std::string peer_cols;
+      nlohmann::json peer_json;
+      if (p0 && p1) {
+        const uint64_t h = p1->client.handoffs - p0->client.handoffs;
+        const double share = p1->routed_slots > p0->routed_slots
+                                 ? double(p1->cold_slots - p0->cold_slots) / double(p1->routed_slots - p0->routed_slots)
+                                 : 0.0;
+        const uint64_t p50 = hist_quantile(p0->client, p1->client, 0.5), p99 = hist_quantile(p0->client, p1->client, 0.99);
+        const double mean_us = h ? double(p1->client.wait_ns_total - p0->client.wait_ns_total) / double(h) / 1e3 : 0.0;
+        peer_cols = fmt::format("  handoffs/step {:.1f} wait mean {:.1f} us p50 <{} us p99 <{} us overruns {} cold {:.1f}%",
+                                double(h) / a.steps, mean_us, p50, p99, p1->client.overruns - p0->client.overruns,
+                                100 * share);
+        peer_json = {{"handoffs", h}, {"wait_mean_us", mean_us}, {"wait_p50_us_below", p50}, {"wait_p99_us_below", p99},
+                     {"overruns", p1->client.overruns - p0->client.overruns}, {"cold_share", share}};
+      }
       for (int s : seqs) engine->remove_sequence(s);
       const double bytes = double(fixed + hot_b + cold_b);
       const double hbm_ms = double(fixed + hot_b + cold_b) / kHbm * 1e3;
@@ -108,9 +184,9 @@ int run(const Args& a) {
       const double bound = std::max(double(fixed + hot_b) / kHbm * 1e3, link_ms);
       rows.push_back({{"lane", lane}, {"batch", B}, {"ms_per_step", ms}, {"tokens_per_s", B / ms * 1e3},
                       {"bytes_per_step", bytes}, {"cold_bytes_per_step", cold_b}, {"hbm_bound_ms", hbm_ms},
-                      {"link_bound_ms", link_ms}, {"bound_ms", bound}});
+                      {"link_bound_ms", link_ms}, {"bound_ms", bound}, {"peer", peer_json}});
       table.push_back(fmt::format("{:<6} {:>3} {:>9.3f} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}", lane, B, ms,
-                                  B / ms * 1e3, bytes / 1e9, double(cold_b) / 1e9, hbm_ms, bound, ms / bound));
+                                  B / ms * 1e3, bytes / 1e9, double(cold_b) / 1e9, hbm_ms, bound, ms / bound) + peer_cols);
       fmt::print(stderr, "{}\n", table.back());
     }
   }
@@ -136,6 +212,10 @@ int main(int argc, char** argv) {
     else if (k == "--ctx") a.ctx = std::stoi(v);
     else if (k == "--cold-fraction") a.cold_fraction = std::stod(v);
     else if (k == "--json") a.json = v;
+    else if (k == "--peer") a.peer = v;
+    else if (k == "--rowmap") a.rowmap = v;
+    else if (k == "--write-rowmap") a.write_rowmap = v;
+    else if (k == "--peer-spin-limit") a.spin_limit_us = std::stoull(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -143,7 +223,8 @@ int main(int argc, char** argv) {
   }
   if (a.model.empty()) {
     std::fprintf(stderr, "usage: bench_gpu_decode --model DIR [--lanes local,host] [--batches 1,8,16,32] "
-                         "[--steps N] [--prompt N] [--ctx N] [--cold-fraction F] [--json FILE]\n");
+                         "[--steps N] [--prompt N] [--ctx N] [--cold-fraction F] [--json FILE] [--peer NAME --rowmap R] "
+                         "[--peer-spin-limit US] [--write-rowmap R]\n");
     return 2;
   }
   try {
@@ -151,6 +232,9 @@ int main(int argc, char** argv) {
   } catch (const tandem::InputError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
   }
 }
 #else

@@ -55,13 +55,21 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   if (gpu) {
     CudaOptions co;
     co.device = *gpu;
-    if (o.lane == "host") {
+    if (o.lane == "host" || o.lane == "peer") {
+      if (o.lane == "peer" && o.peer.empty()) fail("--lane peer needs --peer NAME and --rowmap R");
+      if (o.lane == "host" && (!o.peer.empty() || o.peer_check)) fail("--peer and --peer-check need --lane peer");
       rt.rowmap = load_rowmap(o, *rt.model);
-      co.lane = CudaLane::kHost;
+      co.lane = o.lane == "host" ? CudaLane::kHost : CudaLane::kPeer;
       co.cold.assign(size_t(rt.model->cfg.n_layer), {});
       for (const auto& layer : rt.rowmap->layers) co.cold[size_t(layer.layer)] = layer.cold;
+      co.peer = o.peer;
+      co.peer_fingerprint = lane_fingerprint(*rt.rowmap);
+      co.peer_spin_limit_us = o.peer_spin_limit_us;
+      co.peer_check = o.peer_check;
     } else if (o.lane != "local") {
-      fail("--lane {}: not available on cuda yet (supported: local, host)", o.lane);
+      fail("--lane {}: not a lane on cuda (supported: local, host, peer)", o.lane);
+    } else if (!o.peer.empty() || o.peer_check) {
+      fail("--peer and --peer-check need --lane peer");
     }
     rt.engine = make_cuda_engine(*rt.model, eo, co);
     return rt;
@@ -86,29 +94,53 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   return rt;
 }
 
-std::string Runtime::lane_summary() const {
-  if (!peer) return "";
-  auto st = peer->stats();
-  auto pct = [&](double q) {
-    uint64_t target = uint64_t(std::ceil(q * double(st.handoffs))), seen = 0;
-    for (size_t i = 0; i < st.wait_hist.size(); ++i) {
-      seen += st.wait_hist[i];
-      if (seen >= target && target > 0) return i == 0 ? std::string("<1 us") : fmt::format("<{} us", uint64_t(1) << i);
-    }
-    return std::string("-");
-  };
+namespace {
+
+std::string percentile(const peer::ClientStats& st, double q) {
+  uint64_t target = uint64_t(std::ceil(q * double(st.handoffs))), seen = 0;
+  for (size_t i = 0; i < st.wait_hist.size(); ++i) {
+    seen += st.wait_hist[i];
+    if (seen >= target && target > 0) return i == 0 ? std::string("<1 us") : fmt::format("<{} us", uint64_t(1) << i);
+  }
+  return std::string("-");
+}
+
+std::string summary(const peer::ClientStats& st, uint64_t rows_sent, uint64_t routed, uint64_t cold,
+                    const std::vector<LayerCheck>& checks) {
   std::string s = fmt::format("lane peer: {} handoffs, {} rows sent, cold share {:.1f}% of routed slots, wait mean {:.1f} us, "
                               "p50 {}, p99 {}, max {:.1f} us, spin-limit overruns {}",
-                              st.handoffs, peer->rows_sent(),
-                              peer->routed_slots() ? 100.0 * double(peer->cold_slots()) / double(peer->routed_slots()) : 0.0,
-                              st.handoffs ? double(st.wait_ns_total) / double(st.handoffs) / 1e3 : 0.0, pct(0.5), pct(0.99),
-                              double(st.wait_ns_max) / 1e3, st.overruns);
-  const auto& checks = peer->checks();
+                              st.handoffs, rows_sent, routed ? 100.0 * double(cold) / double(routed) : 0.0,
+                              st.handoffs ? double(st.wait_ns_total) / double(st.handoffs) / 1e3 : 0.0,
+                              percentile(st, 0.5), percentile(st, 0.99), double(st.wait_ns_max) / 1e3, st.overruns);
   std::string gate;
   for (size_t l = 0; l < checks.size(); ++l)
     if (checks[l].checks) gate += fmt::format(" L{}:{:.6f}({})", l, checks[l].min_cosine, checks[l].checks);
   if (!gate.empty()) s += "\ncheck gate min cosine per layer (rows):" + gate;
   return s;
+}
+
+}  // namespace
+
+std::string Runtime::lane_summary() const {
+  if (peer) return summary(peer->stats(), peer->rows_sent(), peer->routed_slots(), peer->cold_slots(), peer->checks());
+#ifdef TANDEM_HAVE_CUDA
+  if (engine)
+    if (auto st = cuda_peer_stats(*engine))
+      return summary(st->client, st->rows_sent, st->routed_slots, st->cold_slots, st->checks);
+#endif
+  return "";
+}
+
+const std::vector<LayerCheck>* Runtime::lane_checks() const {
+  if (peer) return &peer->checks();
+#ifdef TANDEM_HAVE_CUDA
+  if (engine)
+    if (auto st = cuda_peer_stats(*engine)) {
+      gpu_checks_ = st->checks;
+      return &gpu_checks_;
+    }
+#endif
+  return nullptr;
 }
 
 }  // namespace tandem::cli

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "models/model.h"
@@ -35,8 +36,14 @@ struct Runtime {
   std::unique_ptr<Rowmap> rowmap;            // lanes that split experts
   std::unique_ptr<PeerExperts> peer;         // lane peer on the CPU
   std::unique_ptr<Engine> engine;
-  // Counters of the lane, for the closing summary ("" for the local lane).
+  // Counters of the lane, for the closing summary ("" for the local and host lanes); the CPU peer
+  // lane and the CUDA engine's peer lane alike.
   std::string lane_summary() const;
+  // The check gate's per-layer results of a peer lane (CPU or GPU primary); null for other lanes.
+  const std::vector<LayerCheck>* lane_checks() const;
+
+ private:
+  mutable std::vector<LayerCheck> gpu_checks_;
 };
 Runtime make_runtime(const ModelOptions& o, int64_t max_seqs = 64);
 

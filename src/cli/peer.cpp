@@ -44,6 +44,7 @@ RunFn setup(CLI::App& app) {
     uint32_t slots = 1;
     double primary_stall = 2.0;
     uint64_t delay_us = 0;
+    uint64_t spin_us = 100;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("--model", o->model, "Model folder")->required();
@@ -53,6 +54,10 @@ RunFn setup(CLI::App& app) {
   app.add_option("--max-rows", o->max_rows, "Rows per request the segment holds (default 256)");
   app.add_option("--primary-stall", o->primary_stall,
                  "Seconds without a primary heartbeat after which the peer exits (default 2)");
+  app.add_option("--spin-us", o->spin_us,
+                 "Microseconds to keep polling the slots after the last request before napping on the doorbell "
+                 "(default 100). A GPU primary cannot ring the doorbell: give such a peer a large value (a "
+                 "dedicated core), e.g. 1000000000, or it answers after naps of up to 10 ms");
   app.add_option("--delay-us", o->delay_us, "Testing aid: answer each request this many microseconds late");
   return [o] {
     set_global_threads(o->threads);
@@ -72,6 +77,7 @@ RunFn setup(CLI::App& app) {
     g.max_k = uint32_t(cfg.n_expert_used);
     peer::ServerOptions so;
     so.primary_stall_s = o->primary_stall;
+    so.spin_us = o->spin_us;
     DelayedCompute delayed(cold, o->delay_us);
     peer::PeerCompute& compute = o->delay_us ? static_cast<peer::PeerCompute&>(delayed) : cold;
     auto server = peer::PeerServer::create(o->lane, lane_fingerprint(rm), g, compute, so);

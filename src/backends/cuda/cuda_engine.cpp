@@ -11,6 +11,7 @@
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/cuda_weights.h"
+#include "backends/cuda/gpu_peer.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/moe.cuh"
 #include "backends/cuda/norm.cuh"
@@ -34,13 +35,14 @@ class CudaEngine final : public Engine {
   void remove_sequence(int seq) override;
   int64_t seq_len(int seq) const override { return len_[size_t(seq)]; }
   const std::vector<float>& forward(std::span<const Item> items, bool all_logits) override;
+  std::optional<CudaPeerStats> peer_stats() const;
 
  private:
   void ensure_rows(int n);
-  void enqueue_step(int n, int nw, bool hooked);
+  void enqueue_step(int n, int nw, bool hooked, bool checking);
   void attention_gqa(int64_t l, const RowInfo& rows);
   void attention_mla(int64_t l, const RowInfo& rows);
-  void moe(int64_t l, int n, bool hooked);
+  void moe(int64_t l, int n, bool hooked, bool checking);
   void dense_mlp(int64_t l, int n);
   template <class T>
   T* scratch(size_t count);
@@ -77,6 +79,11 @@ class CudaEngine final : public Engine {
   std::map<int, int> seen_;                   // decode steps run per batch size (capture on the second)
   std::map<int, cudaGraphExec_t> graphs_;     // per batch size
   std::vector<float> logits_;
+
+  // Peer lane.
+  std::unique_ptr<GpuPeerLane> peer_;
+  int64_t peer_steps_ = 0;
+  uint64_t routed_slots_ = 0;
 };
 
 CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const CudaOptions& cuda)
@@ -94,7 +101,7 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
   if (ctx_ > max_ctx) fail("context {} exceeds the CUDA engine's limit of {} positions", ctx_, max_ctx);
   if (c_.n_group > 32) fail("n_group {} exceeds the GPU router's limit of 32", c_.n_group);
   std::vector<std::vector<int32_t>> cold;
-  if (cuda_.lane == CudaLane::kHost) {
+  if (cuda_.lane == CudaLane::kHost || cuda_.lane == CudaLane::kPeer) {
     if (!cuda_.cold.empty() && int64_t(cuda_.cold.size()) != c_.n_layer)
       fail("cold expert lists: {} given for a model of {} layers", cuda_.cold.size(), c_.n_layer);
     for (size_t l = 0; l < cuda_.cold.size(); ++l) {
@@ -108,8 +115,20 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
     }
     cold = cuda_.cold;
   }
+  if (cuda_.lane == CudaLane::kPeer) {
+    if (cuda_.peer.empty()) fail("the peer lane needs a lane name (--peer NAME)");
+    if (cuda_.peer_check < 0) fail("--peer-check {} is negative", cuda_.peer_check);
+  }
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  w_ = std::make_unique<DeviceWeights>(model_, cold);
+  w_ = std::make_unique<DeviceWeights>(model_, cold, cuda_.lane != CudaLane::kPeer);
+  if (cuda_.lane == CudaLane::kPeer) {
+    GpuPeerOptions po;
+    po.lane = cuda_.peer;
+    po.fingerprint = cuda_.peer_fingerprint;
+    po.spin_limit_us = cuda_.peer_spin_limit_us;
+    po.attach_timeout_s = cuda_.peer_attach_timeout_s;
+    peer_ = std::make_unique<GpuPeerLane>(model_, cold, po);
+  }
 
   H_ = int(c_.hidden_size);
   V_ = int(c_.vocab_size);
@@ -177,7 +196,9 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
 
 CudaEngine::~CudaEngine() {
   cudaSetDevice(cuda_.device);
+  if (stream_) cudaStreamSynchronize(stream_);
   for (auto& [n, g] : graphs_) cudaGraphExecDestroy(g);
+  peer_.reset();
   for (void* p : scratch_) cudaFree(p);
   if (h_meta_) cudaFreeHost(h_meta_);
   if (h_logits_) cudaFreeHost(h_logits_);
@@ -281,6 +302,7 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
   }
   if (n > kMaxStepRows) fail("{} rows in one step exceed the CUDA engine's limit of {}", n, kMaxStepRows);
   logits_.clear();
+  if (peer_) peer_->throw_if_failed();  // a failed lane fails every later request too
   if (n == 0) return logits_;
   TANDEM_CUDA_CHECK(cudaSetDevice(cuda_.device));
   ensure_rows(int(n));
@@ -301,14 +323,19 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
   }
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(d_meta_, h_meta_, size_t(4) * R_ * 4, cudaMemcpyHostToDevice, stream_));
   const bool hooked = bool(hooks.on_routing) || bool(hooks.on_moe);
-  const bool decode = cuda_.graphs && !hooked && !all_logits && n == int64_t(items.size());
+  const bool checking = peer_ && cuda_.peer_check > 0 && peer_steps_ % cuda_.peer_check == 0;
+  if (peer_) {
+    ++peer_steps_;
+    routed_slots_ += uint64_t(n) * uint64_t(c_.n_expert_used) * uint64_t(c_.n_moe_layers());
+  }
+  const bool decode = cuda_.graphs && !hooked && !checking && !all_logits && n == int64_t(items.size());
   if (decode && graphs_.count(int(n))) {
     TANDEM_CUDA_CHECK(cudaGraphLaunch(graphs_[int(n)], stream_));
   } else if (decode && seen_[int(n)] > 0) {
     // Second step of this size: capture it (the first ran eagerly, loading modules and attributes).
     cudaGraph_t graph = nullptr;
     TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    enqueue_step(int(n), nw, false);
+    enqueue_step(int(n), nw, false, false);
     TANDEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
     TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -317,16 +344,18 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
     TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
   } else {
     if (decode) ++seen_[int(n)];
-    enqueue_step(int(n), nw, hooked);
+    enqueue_step(int(n), nw, hooked, checking);
   }
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(h_logits_, logits_d_, size_t(nw) * V_ * 4, cudaMemcpyDeviceToHost, stream_));
+  if (peer_) peer_->enqueue_error_readback(stream_);
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (peer_) peer_->throw_if_failed();  // the step's logits are discarded
   logits_.assign(h_logits_, h_logits_ + size_t(nw) * V_);
   for (const auto& it : items) len_[size_t(it.seq)] += int64_t(it.tokens.size());
   return logits_;
 }
 
-void CudaEngine::enqueue_step(int n, int nw, bool hooked) {
+void CudaEngine::enqueue_step(int n, int nw, bool hooked, bool checking) {
   const RowInfo rows{d_meta_ + 2 * R_, d_meta_ + R_, n, ctx_};
   launch_embedding(w_->embed.p, w_->embed.wt, H_, d_meta_, n, x_, stream_);
   const float eps = c_.rms_norm_eps;
@@ -344,7 +373,7 @@ void CudaEngine::enqueue_step(int n, int nw, bool hooked) {
     launch_linear(o, stream_);
     launch_rms_norm(x_, H_, nullptr, n, H_, L.ffn_norm, eps, h_, H_, stream_);
     if (L.moe)
-      moe(l, n, hooked);
+      moe(l, n, hooked, checking);
     else
       dense_mlp(l, n);
   }
@@ -418,7 +447,7 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows) {
   launch_linear(up, stream_);
 }
 
-void CudaEngine::moe(int64_t l, int n, bool hooked) {
+void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking) {
   const DLayer& L = w_->layers[size_t(l)];
   LinearArgs g;
   g.x = h_, g.x_stride = H_, g.n = n;
@@ -453,13 +482,29 @@ void CudaEngine::moe(int64_t l, int n, bool hooked) {
     hooks.on_routing(l, routing);
   }
   const int n_tot = E_ + (L.has_shared ? 1 : 0);
-  launch_group(ids_, n * kS, n_tot, nullptr, work_, stream_);
+  const uint8_t* mask = peer_ ? peer_->mask(l) : nullptr;
+  launch_group(ids_, n * kS, n_tot, mask, work_, stream_);
+  // Peer lane: the first chunk of rows goes to the peer before the hot experts run, so the CPU
+  // computes the cold experts while the GPU computes the hot ones; later chunks (steps with more rows
+  // than a request holds) follow one after the other.
+  const int chunk = peer_ ? peer_->max_rows() : 0;
+  if (peer_)
+    launch_peer_submit(peer_->dev(), int(l), h_, ids_, wts_, mask, 0, std::min(n, chunk), kS, ra.k, stream_);
   ExpertRun run;
   run.x = h_, run.n = n, run.slots_per_row = kS, run.slot_weight = wts_;
   run.h = hbuf_, run.h_stride = max_inter_, run.out = slot_out_;
   run.max_active = std::min(n * kS, n_tot);
   launch_expert_gate_up(L.experts, work_, run, stream_);
   launch_expert_down(L.experts, work_, run, stream_);
+  for (int r0 = 0; peer_ && r0 < n; r0 += chunk) {
+    const int count = std::min(n - r0, chunk);
+    if (r0 > 0) launch_peer_submit(peer_->dev(), int(l), h_, ids_, wts_, mask, r0, count, kS, ra.k, stream_);
+    launch_peer_wait(peer_->dev(), ids_, mask, r0, count, kS, ra.k, slot_out_, stream_);
+    if (checking) {
+      TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      peer_->check(l, count);
+    }
+  }
   launch_moe_combine(slot_out_, n, kS, H_, moe_out_, x_, stream_);
   if (hooked && hooks.on_moe) {
     std::vector<float> in(size_t(n) * H_), out(size_t(n) * H_);
@@ -479,7 +524,24 @@ void CudaEngine::dense_mlp(int64_t l, int n) {
   launch_expert_down(L.experts, work_, run, stream_);
 }
 
+std::optional<CudaPeerStats> CudaEngine::peer_stats() const {
+  if (!peer_) return std::nullopt;
+  auto st = peer_->stats();
+  CudaPeerStats out;
+  out.client = st.client;
+  out.rows_sent = st.rows_sent;
+  out.cold_slots = st.cold_slots;
+  out.routed_slots = routed_slots_;
+  out.checks = peer_->checks();
+  return out;
+}
+
 }  // namespace
+
+std::optional<CudaPeerStats> cuda_peer_stats(const Engine& engine) {
+  const auto* e = dynamic_cast<const CudaEngine*>(&engine);
+  return e ? e->peer_stats() : std::nullopt;
+}
 
 std::optional<int> parse_cuda_device(std::string_view device) {
   if (device == "cuda") return 0;

@@ -2,7 +2,9 @@
 // their checkpoint dtype (f32/bf16/f16, f32 activations and accumulation), an f32 KV cache on the
 // GPU, MoE routing and expert grouping on the GPU, and decode steps replayed as CUDA graphs (one per
 // batch size). Lanes: `local` keeps every expert in HBM; `host` keeps the listed cold experts in
-// pinned host memory that the same expert kernels read over PCIe (zero-copy, one launch per step).
+// pinned host memory that the same expert kernels read over PCIe (zero-copy, one launch per step);
+// `peer` leaves the cold experts to a `tandem peer` process: the GPU hands their rows over through the
+// lane's shared memory from inside the stream and waits on the answer there (docs/gpu.md, Lanes).
 // Plain C++ header: usable from code built without nvcc (only when TANDEM_HAVE_CUDA is defined).
 #pragma once
 
@@ -12,17 +14,27 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "moe/peer_lane.h"
 
 namespace tandem {
 
-enum class CudaLane { kLocal, kHost };
+enum class CudaLane { kLocal, kHost, kPeer };
 
 struct CudaOptions {
   int device = 0;
   CudaLane lane = CudaLane::kLocal;
-  // Host lane: per layer ([n_layer] lists, or empty = none), the routed experts kept in pinned host
-  // memory. Ids must be in range, unique, and only on MoE layers. Ignored by the local lane.
+  // Host and peer lanes: per layer ([n_layer] lists, or empty = none), the routed experts kept in
+  // pinned host memory (host) or computed by the peer (peer; never uploaded). Ids must be in range,
+  // unique, and only on MoE layers. Ignored by the local lane.
   std::vector<std::vector<int32_t>> cold;
+  // Peer lane: the lane name, the fingerprint both sides expect (lane_fingerprint(rowmap)), the spin
+  // limit of the GPU's wait (µs; past it the wait naps and counts an overrun, never gives up), and the
+  // check gate: every Nth step (0 = off) runs eagerly and recomputes each handoff's rows on the CPU.
+  std::string peer;
+  uint64_t peer_fingerprint = 0;
+  uint64_t peer_spin_limit_us = 50;
+  int64_t peer_check = 0;
+  double peer_attach_timeout_s = 30;
   bool graphs = true;  // replay decode steps (one token per sequence) as CUDA graphs
 };
 
@@ -34,8 +46,18 @@ int cuda_device_count();
 // planned rowmap is given). fraction in [0, 1], else InputError.
 std::vector<std::vector<int32_t>> cold_tail(const ModelConfig& cfg, double fraction);
 
+// Counters of a CUDA engine's peer lane (nullopt for other engines and lanes). Syncs the device.
+struct CudaPeerStats {
+  peer::ClientStats client;  // handoffs, overruns, wait total / max / histogram (from the lane header)
+  uint64_t rows_sent = 0, cold_slots = 0, routed_slots = 0;
+  std::vector<LayerCheck> checks;  // [n_layer] check gate
+};
+std::optional<CudaPeerStats> cuda_peer_stats(const Engine& engine);
+
 // Builds the engine on device `cuda.device`: uploads the model (the Model must outlive the engine).
-// InputError for bad options (device index, cold lists, a context the GPU can't hold, weight dtypes).
+// InputError for bad options (device index, cold lists, a context the GPU can't hold, weight dtypes,
+// a peer lane that can't be attached or serves another fingerprint). The peer lane's forward() throws
+// peer::LaneTripped / peer::LaneError when a handoff failed; that step's logits are never returned.
 // KV capacity per sequence: options.max_ctx, or min(max_position_embeddings, 4096) when 0.
 std::unique_ptr<Engine> make_cuda_engine(const Model& model, const EngineOptions& options, const CudaOptions& cuda);
 

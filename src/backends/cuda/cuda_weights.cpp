@@ -13,7 +13,8 @@ namespace {
 size_t round16(size_t n) { return (n + 15) & ~size_t(15); }
 }  // namespace
 
-DeviceWeights::DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold) {
+DeviceWeights::DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold, bool cold_on_host)
+    : cold_on_host_(cold_on_host) {
   const auto& c = model.cfg;
   embed = upload({&model.embed}, "model.embed_tokens.weight");
   lm_head = model.lm_head.data == model.embed.data ? embed : upload({&model.lm_head}, "lm_head.weight");
@@ -131,7 +132,7 @@ ExpertTable DeviceWeights::upload_experts(const std::vector<const ExpertWeights*
   }
   char* hot_buf = static_cast<char*>(dev_alloc(hot, "experts"));
   char* cold_buf = nullptr;
-  if (cold_b > 0) {
+  if (cold_b > 0 && cold_on_host_) {
     void* p = nullptr;
     cudaError_t err = cudaHostAlloc(&p, cold_b, cudaHostAllocMapped);
     if (err != cudaSuccess) {
@@ -148,7 +149,9 @@ ExpertTable DeviceWeights::upload_experts(const std::vector<const ExpertWeights*
     const TensorView* parts[3] = {&e.gate, &e.up, &e.down};
     for (int j = 0; j < 3; ++j) {
       const TensorView& v = *parts[j];
-      if (cold[i]) {
+      if (cold[i] && !cold_on_host_) {
+        ptrs[size_t(j) * experts.size() + i] = nullptr;
+      } else if (cold[i]) {
         std::memcpy(cold_buf, v.data, v.nbytes());
         void* dp = nullptr;
         TANDEM_CUDA_CHECK(cudaHostGetDevicePointer(&dp, cold_buf, 0));

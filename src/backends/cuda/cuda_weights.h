@@ -34,13 +34,14 @@ struct DLayer {
   const float* router_bias = nullptr;  // [E] or null
   ExpertTable experts;               // routed [0, E) + shared at E (when present); dense: the MLP at 0
   bool has_shared = false;
-  size_t hot_bytes = 0, cold_bytes = 0;  // routed expert bytes in HBM / in pinned host memory
+  size_t hot_bytes = 0, cold_bytes = 0;  // routed expert bytes in HBM / cold (pinned host memory or the peer)
 };
 
 class DeviceWeights {
  public:
-  // cold: per layer, experts to place in mapped pinned host memory (validated by the caller).
-  DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold);
+  // cold: per layer, experts to place in mapped pinned host memory (validated by the caller); with
+  // cold_on_host false they are not uploaded at all (the peer lane: their table entries are null).
+  DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold, bool cold_on_host = true);
   ~DeviceWeights();
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;
@@ -59,6 +60,7 @@ class DeviceWeights {
   ExpertTable upload_experts(const std::vector<const ExpertWeights*>& experts, const std::vector<bool>& cold,
                              int n_routed, DLayer& L, int64_t layer);
 
+  bool cold_on_host_ = true;
   std::vector<void*> dev_;
   std::vector<void*> host_;
 };

@@ -1,0 +1,206 @@
+// The CUDA engine's peer lane, host side (see gpu_peer.h). The segment is registered as mapped host
+// memory once; the kernels write requests and read answers through device pointers into it, so no
+// step ever waits on the host. The request counter the GPU continues from is the slot's current one.
+#include "backends/cuda/gpu_peer.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "moe/experts.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+template <class T>
+T* dev_ptr(void* host_base, void* dev_base, const void* p) {
+  return reinterpret_cast<T*>(static_cast<char*>(dev_base) +
+                              (static_cast<const char*>(p) - static_cast<const char*>(host_base)));
+}
+
+}  // namespace
+
+GpuPeerLane::GpuPeerLane(const Model& model, const std::vector<std::vector<int32_t>>& cold,
+                         const GpuPeerOptions& options)
+    : model_(model), lane_(options.lane) {
+  const auto& c = model.cfg;
+  peer::Geometry g;
+  g.n_slots = 1;
+  g.max_rows = 1;  // the least we need; steps are chunked by what the peer offers
+  g.hidden = uint32_t(c.hidden_size);
+  g.max_k = uint32_t(c.n_expert_used);
+  peer::ClientOptions co;
+  co.spin_limit_us = options.spin_limit_us;
+  co.attach_timeout_s = options.attach_timeout_s;
+  client_ = peer::PeerClient::attach(options.lane, options.fingerprint, g, co);
+  peer::Segment& seg = client_->segment();
+  const peer::Geometry& have = seg.geometry();
+  max_rows_ = int(have.max_rows);
+
+  // Map the whole segment (header + slots) into the GPU's address space.
+  void* base = &seg.header();
+  const size_t bytes = size_t(peer::segment_bytes(have));
+  cudaError_t err = cudaHostRegister(base, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail("lane {}: cannot map the shared-memory segment ({} bytes) for the GPU: {}", lane_, bytes,
+         cudaGetErrorString(err));
+  }
+  registered_ = base;
+  void* dbase = nullptr;
+  TANDEM_CUDA_CHECK(cudaHostGetDevicePointer(&dbase, base, 0));
+  peer::SlotView s = seg.slot(0);
+  peer::Header& h = seg.header();
+  dev_.req_seq = dev_ptr<unsigned long long>(base, dbase, &s.request->seq);
+  dev_.req_layer = dev_ptr<int32_t>(base, dbase, &s.request->layer);
+  dev_.req_n_rows = dev_ptr<uint32_t>(base, dbase, &s.request->n_rows);
+  dev_.req_k = dev_ptr<uint32_t>(base, dbase, &s.request->k);
+  dev_.resp_seq = dev_ptr<unsigned long long>(base, dbase, &s.response->seq);
+  dev_.resp_status = dev_ptr<uint32_t>(base, dbase, &s.response->status);
+  dev_.resp_n_rows = dev_ptr<uint32_t>(base, dbase, &s.response->n_rows);
+  dev_.state = dev_ptr<uint32_t>(base, dbase, &h.state);
+  dev_.x = dev_ptr<float>(base, dbase, s.x);
+  dev_.ids = dev_ptr<int32_t>(base, dbase, s.ids);
+  dev_.weights = dev_ptr<float>(base, dbase, s.weights);
+  dev_.out = dev_ptr<float>(base, dbase, s.out);
+  static_assert(offsetof(peer::Header, overruns) == offsetof(peer::Header, handoffs) + 8 &&
+                offsetof(peer::Header, wait_ns_total) == offsetof(peer::Header, handoffs) + 16 &&
+                offsetof(peer::Header, wait_ns_max) == offsetof(peer::Header, handoffs) + 24);
+  dev_.h_counters = dev_ptr<unsigned long long>(base, dbase, &h.handoffs);
+  dev_.h_hist = dev_ptr<unsigned long long>(base, dbase, &h.wait_hist[0]);
+  dev_.hidden = int(have.hidden);
+  dev_.max_k = int(have.max_k);
+  dev_.spin_ns = options.spin_limit_us * 1000;
+
+  // Device state: continue the slot's request counter; start from the header's counters.
+  PeerDevState init{};
+  init.sent = s.request->seq.load(std::memory_order_acquire);
+  init.handoffs = h.handoffs.load(std::memory_order_relaxed);
+  init.overruns = h.overruns.load(std::memory_order_relaxed);
+  init.wait_ns_total = h.wait_ns_total.load(std::memory_order_relaxed);
+  init.wait_ns_max = h.wait_ns_max.load(std::memory_order_relaxed);
+  for (int i = 0; i < kPeerHistBuckets; ++i) init.hist[i] = h.wait_hist[i].load(std::memory_order_relaxed);
+  TANDEM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st_), sizeof(PeerDevState)));
+  TANDEM_CUDA_CHECK(cudaMemcpy(st_, &init, sizeof init, cudaMemcpyHostToDevice));
+  dev_.st = st_;
+  TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_err_), 2 * sizeof(int), cudaHostAllocDefault));
+  h_err_[0] = h_err_[1] = 0;
+
+  // Cold masks [n_expert + 1] per layer (the last entry: the shared expert, never cold).
+  masks_.assign(size_t(c.n_layer), nullptr);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!c.layer_is_moe[size_t(l)]) continue;
+    std::vector<uint8_t> m(size_t(c.n_expert) + 1, 0);
+    if (size_t(l) < cold.size())
+      for (int32_t e : cold[size_t(l)]) m[size_t(e)] = 1;
+    TANDEM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&masks_[size_t(l)]), m.size()));
+    TANDEM_CUDA_CHECK(cudaMemcpy(masks_[size_t(l)], m.data(), m.size(), cudaMemcpyHostToDevice));
+  }
+  checks_.assign(size_t(c.n_layer), LayerCheck{});
+  spdlog::info("lane {}: attached the GPU (peer offers {} rows per request, spin limit {} us)", lane_, max_rows_,
+               options.spin_limit_us);
+}
+
+GpuPeerLane::~GpuPeerLane() {
+  for (uint8_t* m : masks_)
+    if (m) cudaFree(m);
+  if (st_) cudaFree(st_);
+  if (h_err_) cudaFreeHost(h_err_);
+  if (registered_) cudaHostUnregister(registered_);
+  client_.reset();  // closes the lane: the peer exits and removes the segment
+}
+
+void GpuPeerLane::enqueue_error_readback(cudaStream_t stream) {
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(h_err_, &st_->err, 2 * sizeof(int), cudaMemcpyDeviceToHost, stream));
+}
+
+void GpuPeerLane::throw_if_failed() {
+  if (failed_) std::rethrow_exception(failed_);
+  const int code = h_err_[0], value = h_err_[1];
+  if (code == kPeerOk) return;
+  peer::Segment& seg = client_->segment();
+  peer::Header& h = seg.header();
+  peer::SlotView s = seg.slot(0);
+  try {
+    switch (PeerErr(code)) {
+      case kPeerOk: break;
+      case kPeerTripped: {
+        const uint32_t cause = h.trip_cause.load(std::memory_order_acquire);
+        const peer::TripCause tc = cause <= uint32_t(peer::TripCause::kProtocol) ? peer::TripCause(cause)
+                                                                                 : peer::TripCause::kNone;
+        throw peer::LaneTripped(tc, fmt::format("lane {} tripped ({}) while the GPU waited for the peer: {}", lane_,
+                                                peer::cause_name(cause),
+                                                peer::read_bounded(h.trip_reason, peer::kReasonBytes)));
+      }
+      case kPeerStopped:
+        throw peer::LaneError(peer::LaneError::Kind::kStopped,
+                              fmt::format("lane {} is {} while the GPU waited for the peer", lane_,
+                                          peer::state_name(uint32_t(value))));
+      case kPeerStatus: {
+        const peer::Status st = uint32_t(value) < peer::kStatusCount ? peer::Status(value) : peer::Status::kComputeError;
+        throw peer::LaneError(peer::LaneError::Kind::kStatus,
+                              fmt::format("lane {}: the peer answered status {} for layer {}: {}", lane_,
+                                          peer::status_name(uint32_t(value)), s.request->layer,
+                                          peer::read_bounded(s.response->detail, peer::kDetailBytes)),
+                              st);
+      }
+      case kPeerProtocol:
+        throw peer::LaneError(peer::LaneError::Kind::kProtocol,
+                              value >= 0 ? fmt::format("lane {}: response counter {} is not the request's (peer broke "
+                                                       "the protocol)", lane_, value)
+                                         : fmt::format("lane {}: response echoes {} rows, not the request's (peer "
+                                                       "broke the protocol)", lane_, -(value + 1)));
+    }
+    throw peer::LaneError(peer::LaneError::Kind::kProtocol, fmt::format("lane {}: unknown GPU error {}", lane_, code));
+  } catch (...) {
+    failed_ = std::current_exception();
+    throw;
+  }
+}
+
+void GpuPeerLane::check(int64_t layer, int count) {
+  if (h_err_[0] != kPeerOk || failed_) return;  // reported after the step
+  TANDEM_CUDA_CHECK(cudaMemcpy(h_err_, &st_->err, 2 * sizeof(int), cudaMemcpyDeviceToHost));
+  if (h_err_[0] != kPeerOk) return;
+  peer::SlotView s = client_->segment().slot(0);
+  const int64_t H = dev_.hidden, K = dev_.max_k;
+  ref_.resize(size_t(count) * size_t(H));
+  run_experts_cpu(model_.layers[size_t(layer)].experts, s.x, count, H, s.ids, s.weights, K, ref_.data(),
+                  global_pool());
+  auto& chk = checks_[size_t(layer)];
+  for (int r = 0; r < count; ++r) {
+    bool any = false;
+    for (int64_t j = 0; j < K; ++j) any |= s.ids[r * K + j] >= 0;
+    if (!any) continue;
+    const float* a = s.out + int64_t(r) * H;
+    const float* b = ref_.data() + int64_t(r) * H;
+    double ab = 0, aa = 0, bb = 0;
+    for (int64_t i = 0; i < H; ++i) {
+      ab += double(a[i]) * b[i];
+      aa += double(a[i]) * a[i];
+      bb += double(b[i]) * b[i];
+    }
+    double cos = (aa == 0 && bb == 0) ? 1.0 : (aa == 0 || bb == 0) ? 0.0 : ab / std::sqrt(aa * bb);
+    if (!std::isfinite(cos)) cos = -1.0;
+    chk.min_cosine = std::min(chk.min_cosine, cos);
+    ++chk.checks;
+  }
+}
+
+GpuPeerLane::Stats GpuPeerLane::stats() const {
+  PeerDevState st{};
+  TANDEM_CUDA_CHECK(cudaMemcpy(&st, st_, sizeof st, cudaMemcpyDeviceToHost));
+  Stats out;
+  out.client = client_->stats();
+  out.rows_sent = st.rows_sent;
+  out.cold_slots = st.cold_slots;
+  return out;
+}
+
+}  // namespace tandem::cuda

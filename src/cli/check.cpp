@@ -53,7 +53,9 @@ RunFn setup(CLI::App& app) {
       rt.engine->remove_sequence(seq);
       used += n;
     }
-    const auto& checks = rt.peer->checks();
+    const auto* lane_checks = rt.lane_checks();
+    if (!lane_checks) fail("check needs a peer lane");
+    const auto& checks = *lane_checks;
     bool pass = true;
     int64_t total = 0;
     double worst = 1.0;

@@ -34,11 +34,11 @@ struct Opts {
   std::vector<std::string> lanes, kinds;
   std::vector<int64_t> users = {1, 8, 16, 32};
   std::string corpus, out_dir = "bench/results", label, machine;
-  int64_t tokens = 64, prompt_tokens = 64, warmup_tokens = 5, probe_tokens = 8;
+  int64_t tokens = 64, prompt_tokens = 64, warmup_tokens = 5, probe_tokens = 0;  // probe 0: --tokens
   bench::Bandwidths bw;
 };
 
-// What a short hooked run saw per decode step (its first probe_tokens - 1 steps are the timed run's).
+// What a hooked run over the same prompts saw per decode step (greedy: its steps are the timed run's).
 struct Probe {
   double hot_bytes = 0, cold_bytes = 0;  // distinct experts touched per step, split by the rowmap
   double cold_rows = 0;                  // rows with at least one cold slot, per step and MoE layer summed
@@ -271,6 +271,7 @@ int run(Opts o) {
     if (u < 1) fail("--users: {} is not a number of users (>= 1)", u);
   if (o.tokens < 2) fail("--tokens {}: need at least 2 (the first token comes from prefill)", o.tokens);
   if (o.prompt_tokens < 1) fail("--prompt-tokens {}: need at least 1", o.prompt_tokens);
+  if (o.probe_tokens == 0) o.probe_tokens = o.tokens;
   if (o.warmup_tokens < 1 || o.probe_tokens < 2) fail("--warmup-tokens must be >= 1 and --probe-tokens >= 2");
   for (double g : {o.bw.hbm_gbps, o.bw.dram_gbps, o.bw.link_gbps})
     if (!(g > 0)) fail("bandwidths (--hbm-gbps, --dram-gbps, --link-gbps) must be > 0");
@@ -347,7 +348,7 @@ int run(Opts o) {
       "Bytes per step: every weight but the routed experts and the embedding ({:.3f} GB), plus the distinct routed "
       "experts the step touched, from a hooked probe run over the same prompts (its first {} decode steps); hot/cold "
       "by the rowmap{}.",
-      fixed / 1e9, o.probe_tokens - 1, rowmap ? "" : " (none given: every expert hot)"));
+      fixed / 1e9, std::min(o.probe_tokens, o.tokens) - 1, rowmap ? "" : " (none given: every expert hot)"));
   report.notes.push_back(o.model.device == "cpu"
                              ? "Paths on --device cpu: the primary and the peer read the same DRAM, so every byte "
                                "counts against --dram-gbps."
@@ -424,7 +425,7 @@ RunFn setup(CLI::App& app) {
   app.add_option("--tokens", o->tokens, "Tokens generated per user (default 64)");
   app.add_option("--prompt-tokens", o->prompt_tokens, "Prompt length in tokens (default 64)");
   app.add_option("--warmup-tokens", o->warmup_tokens, "Tokens of the untimed warm-up per lane and users (default 5)");
-  app.add_option("--probe-tokens", o->probe_tokens, "Tokens of the hooked routing probe per cell (default 8)");
+  app.add_option("--probe-tokens", o->probe_tokens, "Tokens of the hooked routing probe per cell (default: --tokens, so it sees every timed step)");
   app.add_option("--out-dir", o->out_dir, "Where the JSON, Markdown and SVG go (default bench/results)");
   app.add_option("--label", o->label, "Name in the file names and titles (default: the model folder's name)");
   app.add_option("--machine", o->machine, "Free text about the machine, stored with the results");

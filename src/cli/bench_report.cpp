@@ -138,6 +138,12 @@ std::string xml_escape(const std::string& s) {
 }
 
 std::string num(double v) { return std::abs(v) >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.1f}", v); }
+std::string size_str(double bytes) {
+  if (bytes == 0) return "0";
+  if (bytes >= 1e9) return fmt::format("{:.3f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+  return fmt::format("{:.1f} kB", bytes / 1e3);
+}
 std::string pct(std::optional<double> v) { return v ? fmt::format("{:.1f}%", *v * 100) : "-"; }
 std::string times(std::optional<double> v) { return v ? fmt::format("×{:.2f}", *v) : "-"; }
 
@@ -246,7 +252,7 @@ std::string to_markdown(const Report& report) {
       const std::string& lane = first.lanes[li].lane;
       md += fmt::format("## {} / {}: decode tokens/s ratio (spread of the {} runs)\n\n| kind |", lane, first.lanes[0].lane,
                         first.lanes[0].lane);
-      for (int64_t u : users) md += fmt::format(" {} users |", u);
+      for (int64_t u : users) md += fmt::format(" {} user{} |", u, u == 1 ? "" : "s");
       md += "\n| --- |";
       for (size_t i = 0; i < users.size(); ++i) md += " ---: |";
       md += "\n";
@@ -266,26 +272,26 @@ std::string to_markdown(const Report& report) {
   }
   md += "## All cells\n\n";
   md += "| kind | users | lane | runs | tok/s total | tok/s per user | spread | ratio | wait p50 / p99 µs | overruns | "
-        "cold share | GB/step (hbm / dram / link) | step ms | bound ms | × bound |\n";
+        "cold share | bytes/step (hbm / dram / link) | step ms | bound ms | × bound |\n";
   md += "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   for (const Cell& c : report.cells) {
     const CellSummary s = sums[{c.kind, c.users}];
     for (const LaneSummary& l : s.lanes) {
-      const std::string wait = l.counters ? fmt::format("≤{} / ≤{}", l.counters->wait_p50_us ? num(*l.counters->wait_p50_us) : "-",
-                                                        l.counters->wait_p99_us ? num(*l.counters->wait_p99_us) : "-")
-                                          : "n/a";
-      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f}% | {:.3f} / {:.3f} / {:.3f} | {:.3f} | {:.3f} | {} |\n",
+      auto edge = [](std::optional<double> v) { return v ? fmt::format("<{:.0f}", *v) : std::string("-"); };
+      const std::string wait =
+          l.counters ? fmt::format("{} / {}", edge(l.counters->wait_p50_us), edge(l.counters->wait_p99_us)) : "n/a";
+      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f}% | {} / {} / {} | {:.3f} | {:.3f} | {} |\n",
                         c.kind, c.users, l.lane, l.repeats, num(l.mean_tokens_per_s),
-                        num(l.mean_tokens_per_s / double(std::max<int64_t>(1, c.users))), pct(l.spread), times(l.ratio),
+                        num(l.mean_tokens_per_s / double(std::max<int64_t>(1, c.users))), l.repeats > 1 ? pct(l.spread) : "-", times(l.ratio),
                         wait, l.counters ? fmt::format("{}", l.counters->overruns) : "n/a", l.cold_share * 100,
-                        l.bytes.hbm / 1e9, l.bytes.dram / 1e9, l.bytes.link / 1e9, l.mean_step_ms, l.bound_ms,
+                        size_str(l.bytes.hbm), size_str(l.bytes.dram), size_str(l.bytes.link), l.mean_step_ms, l.bound_ms,
                         l.bound_ms > 0 ? fmt::format("{:.2f}", l.mean_step_ms / l.bound_ms) : "-");
     }
   }
-  md += "\n" + bandwidth_line(report) + "\n";
+  md += fmt::format("\n{}\n", bandwidth_line(report));
   md += "Ratio: lane mean / mean of the first listed lane (B / mean(A) for A, B, A). Spread: (max - min) / mean of a "
         "lane's runs in the cell. Waits: upper edges of power-of-two histogram buckets, decode steps only.\n";
-  for (const std::string& n : report.notes) md += "\n- " + n;
+  for (const std::string& n : report.notes) md += fmt::format("\n- {}", n);
   if (!report.notes.empty()) md += "\n";
   return md;
 }
@@ -299,9 +305,9 @@ double nice_step(double range) {
   return (r <= 1 ? 1 : r <= 2 ? 2 : r <= 5 ? 5 : 10) * mag;
 }
 
-std::string tick_label(double v) {
-  if (v >= 10000) return fmt::format("{:.0f}k", v / 1000);
-  if (v >= 1 || v == 0) return fmt::format("{:.0f}", v);
+// Ticks of one axis share a unit: thousands ("5k") when the axis reaches 10,000.
+std::string tick_label(double v, bool thousands) {
+  if (thousands && v != 0) return fmt::format("{:g}k", v / 1000);
   return fmt::format("{:g}", v);
 }
 
@@ -357,7 +363,7 @@ std::string to_svg(const Report& report) {
     for (double v = 0; v <= top_v + step / 2; v += step) {
       svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>"
                          "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"end\">{}</text>\n",
-                         x0, y_of(v), x1, y_of(v), x0 - 5, y_of(v) + 4, tick_label(v));
+                         x0, y_of(v), x1, y_of(v), x0 - 5, y_of(v) + 4, tick_label(v, top_v >= 10000));
     }
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"middle\" "
                        "transform=\"rotate(-90 {:.1f} {:.1f})\">tokens/s</text>\n",

@@ -1,0 +1,440 @@
+// `tandem bench`: bracketed lane comparisons on one box in one run. For every cell (corpus kind ×
+// number of users) the listed lanes run in order (A, B, A), each greedy over the same prompts, and
+// the report gives decode tokens/s, the ratio to the first lane with the spread of its repeats, the
+// peer's handoff waits and overruns, the cold share of routed slots, and the step time next to its
+// memory bound. Every runtime is built before the first timed run, so a missing peer fails early.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "cli/bench_report.h"
+#include "cli/command.h"
+#include "cli/common.h"
+#include "engine/generate.h"
+#include "io/corpus.h"
+#include "io/tokenizer.h"
+#include "peer/segment.h"
+#include "placement/fingerprint.h"
+
+namespace tandem::cli {
+namespace {
+
+using bench::LaneRun;
+using bench::PathBytes;
+
+struct Opts {
+  ModelOptions model;
+  std::vector<std::string> lanes, kinds;
+  std::vector<int64_t> users = {1, 8, 16, 32};
+  std::string corpus, out_dir = "bench/results", label, machine;
+  int64_t tokens = 64, prompt_tokens = 64, warmup_tokens = 5, probe_tokens = 0;  // probe 0: --tokens
+  bench::Bandwidths bw;
+};
+
+// What a hooked run over the same prompts saw per decode step (greedy: its steps are the timed run's).
+struct Probe {
+  double hot_bytes = 0, cold_bytes = 0;  // distinct experts touched per step, split by the rowmap
+  double cold_rows = 0;                  // rows with at least one cold slot, per step and MoE layer summed
+  double cold_share = 0;                 // cold slots / routed slots
+  int64_t k = 0;
+};
+
+// The lane's shared-memory counters, where the runtime exposes them (the CPU peer lane today).
+struct Snapshot {
+  peer::ClientStats stats;
+  uint64_t routed = 0, cold = 0;
+};
+std::optional<Snapshot> snapshot(const Runtime& rt) {
+  if (!rt.peer) return std::nullopt;
+  return Snapshot{rt.peer->stats(), rt.peer->routed_slots(), rt.peer->cold_slots()};
+}
+
+std::string today() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
+std::string command_line() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()), out;
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    std::string arg = all.substr(start, end - start);
+    const bool plain = !arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789-_./:=,+@%") == std::string::npos;
+    if (!out.empty()) out += ' ';
+    if (plain) {
+      out += arg;
+    } else {
+      out += '\'';
+      for (char ch : arg) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+      out += '\'';
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+nlohmann::json machine_info(const Opts& o) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  nlohmann::json m = {{"hostname", host}, {"nproc", sysconf(_SC_NPROCESSORS_ONLN)}, {"threads", o.model.threads}};
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      m["cpu"] = line.substr(line.find(':') + 2);
+      break;
+    }
+  if (o.model.device != "cpu") {
+    // The driver's own description, readable without the CUDA runtime.
+    std::vector<std::string> gpus;
+    std::error_code ec;
+    for (const auto& d : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+      std::ifstream info(d.path() / "information");
+      for (std::string line; std::getline(info, line);)
+        if (line.rfind("Model:", 0) == 0) gpus.push_back(line.substr(line.find_first_not_of(" \t", 6)));
+    }
+    m["gpu"] = gpus.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpus);
+  }
+  if (!o.machine.empty()) m["note"] = o.machine;
+  return m;
+}
+
+// The first prompt_tokens tokens of up to `want` documents of `kind` that have that many.
+std::vector<std::vector<int32_t>> prompts_of(const std::vector<CorpusDoc>& docs, const std::string& kind,
+                                             const Tokenizer& tok, int64_t prompt_tokens, size_t want,
+                                             const std::string& corpus) {
+  std::vector<std::vector<int32_t>> out;
+  for (const CorpusDoc& d : docs) {
+    if (d.kind != kind || out.size() >= want) continue;
+    // Tokenize a prefix first (documents can be long); cut at a UTF-8 character boundary.
+    size_t cut = std::min(d.text.size(), size_t(prompt_tokens) * 16);
+    while (cut < d.text.size() && (static_cast<unsigned char>(d.text[cut]) & 0xC0) == 0x80) --cut;
+    std::vector<int32_t> ids = tok.encode(std::string_view(d.text).substr(0, cut));
+    if (int64_t(ids.size()) < prompt_tokens && cut < d.text.size()) ids = tok.encode(d.text);
+    if (int64_t(ids.size()) < prompt_tokens) continue;
+    ids.resize(size_t(prompt_tokens));
+    out.push_back(std::move(ids));
+  }
+  if (out.empty())
+    fail("--kinds {}: no document of this kind in {} has {} tokens (--prompt-tokens)", kind, corpus, prompt_tokens);
+  return out;
+}
+
+std::vector<GenerateRequest> requests_for(const std::vector<std::vector<int32_t>>& prompts, int64_t users,
+                                          int64_t max_tokens) {
+  std::vector<GenerateRequest> reqs(static_cast<size_t>(users));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt = prompts[i % prompts.size()];
+    reqs[i].max_tokens = max_tokens;  // greedy (default sampling), no stop ids: EOS is ignored
+  }
+  return reqs;
+}
+
+Probe probe_routing(Engine& engine, const Rowmap* rowmap, std::vector<GenerateRequest> reqs, int64_t tokens) {
+  const Model& model = engine.model();
+  const auto& cfg = model.cfg;
+  std::vector<std::vector<uint8_t>> cold(size_t(cfg.n_layer), std::vector<uint8_t>(size_t(cfg.n_expert), 0));
+  if (rowmap)
+    for (const auto& l : rowmap->layers)
+      for (int32_t e : l.cold) cold[size_t(l.layer)][size_t(e)] = 1;
+  for (auto& r : reqs) r.max_tokens = tokens;
+  Probe p;
+  uint64_t routed = 0, cold_slots = 0;
+  size_t chosen = 0;
+  bool decoding = false;
+  std::vector<uint8_t> seen(size_t(cfg.n_expert));
+  GenerateOptions go;
+  go.on_token = [&](size_t, int32_t) { decoding = ++chosen >= reqs.size(); };
+  engine.hooks.on_routing = [&](int64_t layer, const Routing& r) {
+    if (!decoding) return;
+    p.k = r.k;
+    std::fill(seen.begin(), seen.end(), 0);
+    for (int64_t row = 0; row < r.n_rows; ++row) {
+      bool any_cold = false;
+      for (int64_t j = 0; j < r.k; ++j) {
+        const int32_t e = r.ids[size_t(row * r.k + j)];
+        if (e < 0) continue;
+        ++routed;
+        const bool c = cold[size_t(layer)][size_t(e)] != 0;
+        cold_slots += c;
+        any_cold = any_cold || c;
+        if (!seen[size_t(e)]) {
+          seen[size_t(e)] = 1;
+          (c ? p.cold_bytes : p.hot_bytes) += double(model.layers[size_t(layer)].experts[size_t(e)].nbytes());
+        }
+      }
+      p.cold_rows += any_cold;
+    }
+  };
+  GenerateStats st;
+  try {
+    generate(engine, reqs, go, &st);
+  } catch (...) {
+    engine.hooks = {};
+    throw;
+  }
+  engine.hooks = {};
+  const double steps = double(std::max<int64_t>(1, st.decode_steps));
+  p.hot_bytes /= steps;
+  p.cold_bytes /= steps;
+  p.cold_rows /= steps;
+  p.cold_share = routed ? double(cold_slots) / double(routed) : 0;
+  return p;
+}
+
+// Bytes per decode step of every weight but the routed experts (and the embedding, of which a step
+// reads only its rows; a tied lm_head is read whole).
+double fixed_bytes(const Model& model) {
+  double routed = 0;
+  for (const auto& l : model.layers)
+    for (const auto& e : l.experts) routed += e.present() ? double(e.nbytes()) : 0;
+  const double embed = model.lm_head.data == model.embed.data ? 0 : double(model.embed.nbytes());
+  return double(model.store.total_bytes()) - routed - embed;
+}
+
+// Which path each part of a step's bytes takes in `lane` on `device` (see the notes in the report).
+PathBytes path_bytes(const std::string& device, const std::string& lane, double fixed, const Probe& p, int64_t hidden) {
+  PathBytes b;
+  if (device == "cpu") {
+    b.dram = fixed + p.hot_bytes + p.cold_bytes;  // primary and peer read the same DRAM
+  } else if (lane == "local") {
+    b.hbm = fixed + p.hot_bytes + p.cold_bytes;
+  } else if (lane == "host") {
+    b.hbm = fixed + p.hot_bytes;
+    b.link = p.cold_bytes;
+  } else {
+    b.hbm = fixed + p.hot_bytes;
+    b.dram = p.cold_bytes;
+    b.link = p.cold_rows * (2.0 * double(hidden) * 4 + double(p.k) * 8);  // rows there and back, ids + weights
+  }
+  return b;
+}
+
+LaneRun timed_run(Runtime& rt, const std::string& lane, const std::vector<GenerateRequest>& reqs) {
+  std::optional<Snapshot> after_prefill;
+  size_t chosen = 0;
+  GenerateOptions go;
+  go.on_token = [&](size_t, int32_t) {
+    if (++chosen == reqs.size()) after_prefill = snapshot(rt);
+  };
+  GenerateStats st;
+  generate(*rt.engine, reqs, go, &st);
+  const std::optional<Snapshot> end = snapshot(rt);
+  LaneRun r;
+  r.lane = lane;
+  r.users = int64_t(reqs.size());
+  r.decode_steps = st.decode_steps;
+  r.prefill_s = st.prefill_seconds;
+  r.decode_s = st.decode_seconds;
+  if (after_prefill && end) {
+    bench::LaneCounters c;
+    const auto &a = after_prefill->stats, &b = end->stats;
+    c.handoffs = b.handoffs - a.handoffs;
+    c.overruns = b.overruns - a.overruns;
+    c.wait_mean_us = c.handoffs ? double(b.wait_ns_total - a.wait_ns_total) / double(c.handoffs) / 1e3 : 0;
+    std::vector<uint64_t> hist(b.wait_hist.size());
+    for (size_t i = 0; i < hist.size(); ++i) hist[i] = b.wait_hist[i] - a.wait_hist[i];
+    c.wait_p50_us = bench::hist_percentile_us(hist, 0.5);
+    c.wait_p99_us = bench::hist_percentile_us(hist, 0.99);
+    r.counters = c;
+    const uint64_t routed = end->routed - after_prefill->routed;
+    if (routed) {
+      r.cold_share = double(end->cold - after_prefill->cold) / double(routed);
+      r.cold_share_source = "counters";
+    }
+  }
+  return r;
+}
+
+int run(Opts o) {
+  for (auto* list : {&o.lanes, &o.kinds}) std::erase(*list, std::string());
+  if (o.lanes.empty()) fail("--lanes is empty (e.g. host,peer,host)");
+  for (const std::string& l : o.lanes)
+    if (l != "local" && l != "host" && l != "peer") fail("--lanes: unknown lane '{}' (local, host, peer)", l);
+  if (o.kinds.empty()) fail("--kinds is empty (e.g. prose,code_python)");
+  if (o.users.empty()) fail("--users is empty (e.g. 1,8,16,32)");
+  for (int64_t u : o.users)
+    if (u < 1) fail("--users: {} is not a number of users (>= 1)", u);
+  if (o.tokens < 2) fail("--tokens {}: need at least 2 (the first token comes from prefill)", o.tokens);
+  if (o.prompt_tokens < 1) fail("--prompt-tokens {}: need at least 1", o.prompt_tokens);
+  if (o.probe_tokens == 0) o.probe_tokens = o.tokens;
+  if (o.warmup_tokens < 1 || o.probe_tokens < 2) fail("--warmup-tokens must be >= 1 and --probe-tokens >= 2");
+  for (double g : {o.bw.hbm_gbps, o.bw.dram_gbps, o.bw.link_gbps})
+    if (!(g > 0)) fail("bandwidths (--hbm-gbps, --dram-gbps, --link-gbps) must be > 0");
+  std::vector<std::string> distinct;
+  for (const std::string& l : o.lanes)
+    if (std::find(distinct.begin(), distinct.end(), l) == distinct.end()) distinct.push_back(l);
+  const bool wants_peer = std::find(distinct.begin(), distinct.end(), "peer") != distinct.end();
+  if (wants_peer && o.model.peer.empty()) fail("--lanes has peer: give --peer NAME (the lane `tandem peer` serves)");
+  if (wants_peer && !peer::Segment::exists(o.model.peer))
+    fail("--peer {}: no lane is being served (no /dev/shm/tandem-{}); start `tandem peer --model M --rowmap R --lane {}` "
+         "first",
+         o.model.peer, o.model.peer, o.model.peer);
+
+  // Inputs first, so bad corpora fail before any model is loaded.
+  const auto docs = load_corpus(o.corpus, o.kinds);
+  const int64_t max_users = *std::max_element(o.users.begin(), o.users.end());
+  const Tokenizer tok = Tokenizer::load(o.model.model_dir + "/tokenizer.json");
+  std::map<std::string, std::vector<std::vector<int32_t>>> prompts;
+  for (const std::string& kind : o.kinds)
+    prompts[kind] = prompts_of(docs, kind, tok, o.prompt_tokens, size_t(max_users), o.corpus);
+
+  std::map<std::string, Runtime> runtimes;
+  for (const std::string& lane : distinct) {
+    ModelOptions mo = o.model;
+    mo.lane = lane;
+    if (lane != "peer") {
+      mo.peer.clear();
+      mo.peer_check = 0;
+    }
+    if (mo.max_ctx == 0) mo.max_ctx = o.prompt_tokens + std::max({o.tokens, o.warmup_tokens, o.probe_tokens});
+    const auto t0 = std::chrono::steady_clock::now();
+    runtimes.emplace(lane, make_runtime(mo, max_users));
+    fmt::print(stderr, "bench: lane {} ready on {} in {:.1f} s\n", lane, o.model.device,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const Rowmap* rowmap = nullptr;
+  std::unique_ptr<Rowmap> own_rowmap;
+  for (const auto& [lane, rt] : runtimes)
+    if (rt.rowmap) rowmap = rt.rowmap.get();
+  Runtime& first = runtimes.at(o.lanes[0]);
+  const Model& model = *first.model;
+  if (!rowmap && !o.model.rowmap.empty()) {
+    own_rowmap = std::make_unique<Rowmap>(Rowmap::load(o.model.rowmap));
+    validate(*own_rowmap, model.cfg, model_fingerprint(model.cfg, model.store), o.model.rowmap);
+    rowmap = own_rowmap.get();
+  }
+  const double fixed = fixed_bytes(model);
+
+  bench::Report report;
+  report.date = today();
+  std::string dir = o.model.model_dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  report.label = o.label.empty() ? std::filesystem::path(dir).filename().string() : o.label;
+  report.model = o.model.model_dir;
+  report.device = o.model.device;
+  report.command = command_line();
+  report.machine = machine_info(o);
+  report.options = {{"lanes", o.lanes},       {"users", o.users},
+                    {"kinds", o.kinds},       {"corpus", o.corpus},
+                    {"tokens", o.tokens},     {"prompt_tokens", o.prompt_tokens},
+                    {"warmup_tokens", o.warmup_tokens}, {"probe_tokens", o.probe_tokens},
+                    {"rowmap", o.model.rowmap}, {"peer", o.model.peer},
+                    {"threads", o.model.threads}, {"peer_spin_limit_us", o.model.peer_spin_limit_us}};
+  report.bandwidths = o.bw;
+  const bench::Bandwidths defaults;
+  report.bandwidths_default = o.bw.hbm_gbps == defaults.hbm_gbps && o.bw.dram_gbps == defaults.dram_gbps &&
+                              o.bw.link_gbps == defaults.link_gbps;
+  for (const std::string& lane : distinct)
+    if (!runtimes.at(lane).peer && lane == "peer")
+      report.notes.push_back(fmt::format("lane peer on {}: the runtime exposes no handoff counters yet; wait, overrun "
+                                         "fields are null and the cold share comes from the routing probe",
+                                         o.model.device));
+  report.notes.push_back(fmt::format(
+      "Bytes per step: every weight but the routed experts and the embedding ({:.3f} GB), plus the distinct routed "
+      "experts the step touched, from a hooked probe run over the same prompts (its first {} decode steps); hot/cold "
+      "by the rowmap{}.",
+      fixed / 1e9, std::min(o.probe_tokens, o.tokens) - 1, rowmap ? "" : " (none given: every expert hot)"));
+  report.notes.push_back(o.model.device == "cpu"
+                             ? "Paths on --device cpu: the primary and the peer read the same DRAM, so every byte "
+                               "counts against --dram-gbps."
+                             : "Paths on cuda: local = all HBM; host = cold experts over the link; peer = cold experts "
+                               "from the peer CPU's DRAM, activations (f32 rows there and back) over the link.");
+
+  std::set<std::pair<std::string, int64_t>> warmed;
+  for (const std::string& kind : o.kinds) {
+    for (int64_t users : o.users) {
+      const auto reqs = requests_for(prompts[kind], users, o.tokens);
+      const Probe probe = probe_routing(*first.engine, rowmap, reqs, std::min(o.probe_tokens, o.tokens));
+      bench::Cell cell{kind, users, {}};
+      for (const std::string& lane : o.lanes) {
+        Runtime& rt = runtimes.at(lane);
+        if (warmed.insert({lane, users}).second) {
+          auto warm = reqs;
+          for (auto& r : warm) r.max_tokens = o.warmup_tokens;
+          generate(*rt.engine, warm);
+        }
+        LaneRun r = timed_run(rt, lane, reqs);
+        if (r.cold_share_source.empty()) {
+          r.cold_share = probe.cold_share;
+          r.cold_share_source = "probe";
+        }
+        r.bytes = path_bytes(o.model.device, lane, fixed, probe, model.cfg.hidden_size);
+        r.bound_ms = bench::bound_ms(r.bytes, o.bw);
+        fmt::print(stderr, "bench: {} x {} users, {}: {:.1f} tok/s ({:.1f}/user), {:.3f} ms/step, bound {:.3f} ms{}\n",
+                   kind, users, lane, r.tokens_per_s(), r.tokens_per_s() / double(users), r.step_ms(), r.bound_ms,
+                   r.counters ? fmt::format(", {} handoffs, {} overruns", r.counters->handoffs, r.counters->overruns)
+                              : "");
+        cell.runs.push_back(std::move(r));
+      }
+      const bench::CellSummary s = bench::summarize(cell);
+      std::string line = fmt::format("bench: cell {} x {} users done:", kind, users);
+      for (const auto& l : s.lanes)
+        line += fmt::format(" {} {:.1f} tok/s{}", l.lane, l.mean_tokens_per_s,
+                            l.ratio ? fmt::format(" (x{:.3f})", *l.ratio) : "");
+      if (s.aba_spread) line += fmt::format("; A spread {:.1f}%", *s.aba_spread * 100);
+      fmt::print(stderr, "{}\n", line);
+      report.cells.push_back(std::move(cell));
+    }
+  }
+
+  std::filesystem::create_directories(o.out_dir);
+  const std::string stem = o.out_dir + "/" + bench::result_stem(report);
+  const std::string md = bench::to_markdown(report);
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream f(path, std::ios::binary);
+    f << text;
+    if (!f) fail("{}: cannot write", path);
+  };
+  write(stem + ".json", bench::to_json(report).dump(2) + "\n");
+  write(stem + ".md", md);
+  write(stem + ".svg", bench::to_svg(report));
+  fmt::print("{}", md);
+  fmt::print(stderr, "bench: wrote {0}.json, {0}.md, {0}.svg\n", stem);
+  for (const auto& [lane, rt] : runtimes)
+    if (std::string s = rt.lane_summary(); !s.empty()) fmt::print(stderr, "{}\n", s);
+  return 0;
+}
+
+RunFn setup(CLI::App& app) {
+  auto o = std::make_shared<Opts>();
+  add_model_options(app, o->model);
+  app.remove_option(app.get_option("--lane"));
+  app.add_option("--lanes", o->lanes, "Lanes in run order, e.g. host,peer,host (A, B, A): local, host, peer")
+      ->delimiter(',')
+      ->required();
+  app.add_option("--users", o->users, "Concurrent sequences per cell (default 1,8,16,32)")->delimiter(',');
+  app.add_option("--kinds", o->kinds, "Corpus kinds, one cell row each (e.g. prose,code_python)")
+      ->delimiter(',')
+      ->required();
+  app.add_option("--corpus", o->corpus, "JSON-lines corpus the prompts come from")->required();
+  app.add_option("--tokens", o->tokens, "Tokens generated per user (default 64)");
+  app.add_option("--prompt-tokens", o->prompt_tokens, "Prompt length in tokens (default 64)");
+  app.add_option("--warmup-tokens", o->warmup_tokens, "Tokens of the untimed warm-up per lane and users (default 5)");
+  app.add_option("--probe-tokens", o->probe_tokens, "Tokens of the hooked routing probe per cell (default: --tokens, so it sees every timed step)");
+  app.add_option("--out-dir", o->out_dir, "Where the JSON, Markdown and SVG go (default bench/results)");
+  app.add_option("--label", o->label, "Name in the file names and titles (default: the model folder's name)");
+  app.add_option("--machine", o->machine, "Free text about the machine, stored with the results");
+  app.add_option("--hbm-gbps", o->bw.hbm_gbps, "HBM bandwidth for the bound, GB/s (default 4400, H200 measured)");
+  app.add_option("--link-gbps", o->bw.link_gbps, "PCIe link bandwidth for the bound, GB/s (default 51, H200 box)");
+  app.add_option("--dram-gbps", o->bw.dram_gbps, "CPU DRAM bandwidth for the bound, GB/s (default 80, H200 box)");
+  return [o] { return run(*o); };
+}
+
+}  // namespace
+TANDEM_COMMAND(bench, "bench", "Bracketed lane comparison (A, B, A) by traffic kind and number of users", setup);
+}  // namespace tandem::cli

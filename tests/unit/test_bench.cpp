@@ -1,0 +1,398 @@
+// `tandem bench`: the statistics and writers of bench_report (ratio, spreads, histogram percentiles,
+// bounds, JSON/Markdown/SVG), and the command end to end on the tiny synthetic model with a real
+// `tandem peer` (lanes local,peer,local on the CPU), plus its bad-input errors.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "../lane_tools/process.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "placement/fingerprint.h"
+#include "placement/rowmap.h"
+#include "test_util.h"
+
+// bench_report.cpp belongs to the `tandem` executable (src/cli), which tests do not link: compile it here.
+#include "cli/bench_report.cpp"
+
+namespace tandem {
+namespace {
+
+using bench::LaneRun;
+
+// A minimal well-formedness check: every tag closes in order, text holds no raw '<' and every '&'
+// starts one of the five XML entities. Returns "" when fine, else what is wrong.
+std::string xml_problem(const std::string& s) {
+  std::vector<std::string> stack;
+  size_t i = 0;
+  bool root_seen = false;
+  while (i < s.size()) {
+    if (s[i] == '&') {
+      bool ok = false;
+      for (const char* e : {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;"}) ok = ok || s.compare(i, strlen(e), e) == 0;
+      if (!ok) return "bare & at " + std::to_string(i);
+      ++i;
+      continue;
+    }
+    if (s[i] != '<') {
+      ++i;
+      continue;
+    }
+    size_t end = s.find('>', i);
+    if (end == std::string::npos) return "unterminated tag at " + std::to_string(i);
+    std::string tag = s.substr(i + 1, end - i - 1);
+    i = end + 1;
+    if (tag.empty()) return "empty tag";
+    if (tag[0] == '?' || tag[0] == '!') continue;
+    if (tag.find('<') != std::string::npos) return "'<' inside tag " + tag;
+    if (tag[0] == '/') {
+      if (stack.empty() || stack.back() != tag.substr(1)) return "unexpected </" + tag.substr(1) + ">";
+      stack.pop_back();
+      continue;
+    }
+    std::string name = tag.substr(0, tag.find_first_of(" \t\n/"));
+    if (stack.empty()) {
+      if (root_seen) return "second root element " + name;
+      root_seen = true;
+    }
+    if (tag.back() != '/') stack.push_back(name);
+  }
+  if (!stack.empty()) return "unclosed <" + stack.back() + ">";
+  return root_seen ? "" : "no element";
+}
+
+LaneRun run_of(const std::string& lane, int64_t users, int64_t steps, double decode_s) {
+  LaneRun r;
+  r.lane = lane;
+  r.users = users;
+  r.decode_steps = steps;
+  r.decode_s = decode_s;
+  return r;
+}
+
+TEST(BenchStats, HistogramPercentiles) {
+  std::vector<uint64_t> empty(32, 0);
+  EXPECT_FALSE(bench::hist_percentile_us(empty, 0.5));
+  std::vector<uint64_t> h(32, 0);
+  h[0] = 2;  // < 1 µs
+  h[3] = 1;  // [4, 8) µs
+  h[6] = 1;  // [32, 64) µs
+  EXPECT_EQ(*bench::hist_percentile_us(h, 0.5), 1.0);   // 2 of 4 under 1 µs
+  EXPECT_EQ(*bench::hist_percentile_us(h, 0.75), 8.0);  // the third wait
+  EXPECT_EQ(*bench::hist_percentile_us(h, 0.99), 64.0);
+  EXPECT_EQ(*bench::hist_percentile_us(h, 1.0), 64.0);
+}
+
+TEST(BenchStats, SpreadAndBound) {
+  std::vector<double> v = {100, 110, 90};
+  EXPECT_NEAR(*bench::relative_spread(v), 0.2, 1e-12);
+  std::vector<double> one = {5};
+  EXPECT_EQ(*bench::relative_spread(one), 0.0);
+  EXPECT_FALSE(bench::relative_spread(std::vector<double>{}));
+  EXPECT_FALSE(bench::relative_spread(std::vector<double>{0, 0}));
+
+  bench::Bandwidths bw;  // 4400 / 80 / 51 GB/s
+  bench::PathBytes b;
+  b.hbm = 4.4e9;   // 1 ms
+  b.link = 102e6;  // 2 ms
+  b.dram = 40e6;   // 0.5 ms
+  EXPECT_NEAR(bench::bound_ms(b, bw), 2.0, 1e-9);
+  b.link = 0;
+  EXPECT_NEAR(bench::bound_ms(b, bw), 1.0, 1e-9);
+}
+
+TEST(BenchStats, AbaRatioAndSpread) {
+  bench::Cell cell{"prose", 2, {}};
+  cell.runs.push_back(run_of("host", 2, 10, 0.1));    // 200 tok/s
+  cell.runs.push_back(run_of("peer", 2, 10, 0.05));   // 400 tok/s
+  cell.runs.push_back(run_of("host", 2, 10, 0.125));  // 160 tok/s
+  bench::LaneCounters c;
+  c.handoffs = 12;
+  cell.runs[1].counters = c;
+  auto s = bench::summarize(cell);
+  ASSERT_EQ(s.lanes.size(), 2u);
+  EXPECT_EQ(s.lanes[0].lane, "host");
+  EXPECT_EQ(s.lanes[0].repeats, 2);
+  EXPECT_NEAR(s.lanes[0].mean_tokens_per_s, 180, 1e-9);
+  EXPECT_NEAR(*s.lanes[0].spread, 40.0 / 180, 1e-12);
+  EXPECT_FALSE(s.lanes[0].ratio);
+  EXPECT_FALSE(s.lanes[0].counters);  // host runs carry none
+  EXPECT_NEAR(*s.lanes[1].ratio, 400.0 / 180, 1e-12);
+  EXPECT_EQ(s.lanes[1].counters->handoffs, 12u);
+  EXPECT_NEAR(*s.aba_ratio, 400.0 / 180, 1e-12);
+  EXPECT_NEAR(*s.aba_spread, 40.0 / 180, 1e-12);
+  EXPECT_NEAR(s.lanes[1].mean_step_ms, 5.0, 1e-12);
+}
+
+TEST(BenchStats, LongerListsReportEveryLaneAgainstTheFirst) {
+  bench::Cell cell{"json", 1, {}};
+  for (auto [lane, s] : std::vector<std::pair<std::string, double>>{
+           {"host", 0.1}, {"peer", 0.05}, {"local", 0.025}, {"peer", 0.0625}, {"host", 0.1}})
+    cell.runs.push_back(run_of(lane, 1, 10, s));
+  auto s = bench::summarize(cell);
+  ASSERT_EQ(s.lanes.size(), 3u);
+  EXPECT_FALSE(s.aba_ratio);  // not an A, B, A list
+  EXPECT_EQ(s.lanes[1].lane, "peer");
+  EXPECT_NEAR(s.lanes[1].mean_tokens_per_s, 180, 1e-9);
+  EXPECT_NEAR(*s.lanes[1].ratio, 1.8, 1e-12);
+  EXPECT_NEAR(*s.lanes[2].ratio, 4.0, 1e-12);
+  EXPECT_EQ(*s.lanes[0].spread, 0.0);
+  EXPECT_EQ(*s.lanes[2].spread, 0.0);  // one run
+  // A, A, B is not bracketed either.
+  bench::Cell aab{"json", 1, {run_of("a", 1, 1, 1), run_of("a", 1, 1, 1), run_of("b", 1, 1, 1)}};
+  EXPECT_FALSE(bench::summarize(aab).aba_ratio);
+}
+
+TEST(BenchStats, CountersAddUpOverRepeats) {
+  bench::Cell cell{"prose", 1, {run_of("local", 1, 4, 1), run_of("peer", 1, 4, 1), run_of("peer", 1, 4, 1)}};
+  bench::LaneCounters a{10, 0, 2.0, 2.0, 8.0}, b{30, 1, 4.0, 4.0, 16.0};
+  cell.runs[1].counters = a;
+  cell.runs[2].counters = b;
+  auto s = bench::summarize(cell);
+  const auto& c = *s.lanes[1].counters;
+  EXPECT_EQ(c.handoffs, 40u);
+  EXPECT_EQ(c.overruns, 1u);
+  EXPECT_NEAR(c.wait_mean_us, (10 * 2.0 + 30 * 4.0) / 40, 1e-12);
+  EXPECT_EQ(*c.wait_p50_us, 4.0);
+  EXPECT_EQ(*c.wait_p99_us, 16.0);
+}
+
+bench::Report sample_report() {
+  bench::Report r;
+  r.date = "2026-12-03";
+  r.label = "flash mini/x";
+  r.model = "/m/flash-mini";
+  r.device = "cuda";
+  r.command = "tandem bench --model /m --lanes host,peer,host";
+  r.machine = {{"hostname", "box"}, {"nproc", 16}};
+  r.options = {{"tokens", 8}};
+  for (const char* kind : {"prose", "a<b&c"}) {
+    for (int64_t users : {1, 8}) {
+      bench::Cell cell{kind, users, {}};
+      cell.runs.push_back(run_of("host", users, 10, 0.1));
+      cell.runs.push_back(run_of("peer", users, 10, 0.07));
+      cell.runs.push_back(run_of("host", users, 10, 0.11));
+      cell.runs[1].counters = bench::LaneCounters{100, 0, 15.0, 16.0, 64.0};
+      for (auto& run : cell.runs) {
+        run.bytes.hbm = 1e9;
+        run.bound_ms = 0.5;
+        run.cold_share = 0.25;
+        run.cold_share_source = "probe";
+      }
+      r.cells.push_back(cell);
+    }
+  }
+  r.notes.push_back("a note");
+  return r;
+}
+
+TEST(BenchReport, Json) {
+  auto j = bench::to_json(sample_report());
+  EXPECT_EQ(j["schema"], "tandem-bench/1");
+  EXPECT_EQ(j["bandwidths_gbps"]["hbm"], 4400.0);
+  ASSERT_EQ(j["cells"].size(), 4u);
+  const auto& cell = j["cells"][1];
+  EXPECT_EQ(cell["users"], 8);
+  ASSERT_EQ(cell["runs"].size(), 3u);
+  EXPECT_NEAR(cell["runs"][0]["tokens_per_s"].get<double>(), 800, 1e-9);
+  EXPECT_NEAR(cell["runs"][0]["tokens_per_s_per_user"].get<double>(), 100, 1e-9);
+  EXPECT_NEAR(cell["runs"][0]["x_bound"].get<double>(), 20, 1e-9);  // 10 ms per step vs 0.5 ms
+  EXPECT_TRUE(cell["runs"][0]["counters"].is_null());
+  EXPECT_EQ(cell["runs"][1]["counters"]["handoffs"], 100);
+  EXPECT_EQ(cell["runs"][1]["counters"]["wait_p99_us_le"], 64.0);
+  const double a = (800 + 8 / 0.11 * 10) / 2;
+  EXPECT_NEAR(cell["summary"]["aba_ratio"].get<double>(), 8 / 0.07 * 10 / a, 1e-9);
+  EXPECT_NEAR(cell["summary"]["aba_spread"].get<double>(), (800 - 8 / 0.11 * 10) / a, 1e-9);
+  EXPECT_EQ(cell["summary"]["baseline"], "host");
+  EXPECT_TRUE(cell["summary"]["lanes"][0]["ratio_to_first"].is_null());
+  EXPECT_EQ(j["notes"][0], "a note");
+}
+
+TEST(BenchReport, MarkdownHasTheRatioTableAndEveryCell) {
+  const std::string md = bench::to_markdown(sample_report());
+  EXPECT_NE(md.find("## peer / host"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1 user | 8 users |"), std::string::npos) << md;
+  const double ratio = (1 / 0.07) / ((1 / 0.1 + 1 / 0.11) / 2);
+  EXPECT_NE(md.find(fmt::format("×{:.2f}", ratio)), std::string::npos) << md;
+  EXPECT_NE(md.find("| a<b&c | 8 | peer |"), std::string::npos) << md;
+  EXPECT_NE(md.find("<16 / <64"), std::string::npos) << md;
+  EXPECT_NE(md.find("n/a"), std::string::npos) << md;  // host lanes have no counters
+  EXPECT_NE(md.find("defaults"), std::string::npos) << md;
+  EXPECT_NE(md.find("- a note"), std::string::npos) << md;
+}
+
+TEST(BenchReport, SvgIsWellFormedAndEscaped) {
+  const std::string svg = bench::to_svg(sample_report());
+  EXPECT_EQ(xml_problem(svg), "") << svg;
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_NE(svg.find("a&lt;b&amp;c"), std::string::npos);
+  EXPECT_NE(svg.find("×1."), std::string::npos);  // the ratio above the peer bars
+  // 2 kinds × 2 users × 2 lanes bars.
+  size_t bars = 0;
+  for (size_t p = svg.find("<title>"); p != std::string::npos; p = svg.find("<title>", p + 1)) ++bars;
+  EXPECT_EQ(bars, 8u);
+  EXPECT_NE(xml_problem("<svg><g></svg>"), "");  // the checker itself can fail
+  EXPECT_NE(xml_problem("<svg>a & b</svg>"), "");
+}
+
+TEST(BenchReport, FileStem) {
+  EXPECT_EQ(bench::result_stem(sample_report()), "2026-12-03-flash-mini-x-cuda");
+}
+
+// ---- The command on the tiny model ----
+
+void write_rowmap(const std::string& dir, const std::string& path) {
+  ModelConfig cfg = load_config(dir);
+  TensorStore store = TensorStore::open_dir(dir);
+  Rowmap rm;
+  rm.fingerprint = model_fingerprint(cfg, store);
+  rm.source.mode = "test";
+  rm.source.policy = "uniform";
+  rm.source.budget = "test";
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    if (!cfg.layer_is_moe[size_t(l)]) continue;
+    RowmapLayer layer;
+    layer.layer = l;
+    for (int64_t e = 0; e < cfg.n_expert; ++e) (e % 3 == 1 ? layer.cold : layer.hot).push_back(int32_t(e));
+    rm.layers.push_back(layer);
+  }
+  rm.finalize();
+  rm.save(path);
+}
+
+class BenchCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new test::TempDir();
+    model_ = tmp_->path + "/tiny";
+    auto r = test::run_tandem({"synth", "--preset", "tiny", "--out", model_, "--seed", "5"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    rowmap_ = tmp_->path + "/tiny.rowmap.json";
+    write_rowmap(model_, rowmap_);
+    corpus_ = tmp_->path + "/corpus.jsonl";
+    std::string lines;
+    for (int i = 0; i < 3; ++i)
+      lines += nlohmann::json{{"kind", "prose"},
+                              {"name", fmt::format("p{}", i)},
+                              {"text", fmt::format("Document {}: the sidecar keeps the cold experts and computes them, "
+                                                   "while only activations cross between the devices.", i)}}
+                   .dump() +
+               "\n";
+    lines += nlohmann::json{{"kind", "code_c"}, {"name", "short"}, {"text", "int x;"}}.dump() + "\n";
+    test::write_file(corpus_, lines);
+  }
+  static void TearDownTestSuite() { delete tmp_; }
+  static inline test::TempDir* tmp_ = nullptr;
+  static inline std::string model_, rowmap_, corpus_;
+  test::TempDir tmp;
+
+  std::vector<std::string> args(std::vector<std::string> extra) const {
+    std::vector<std::string> a = {"bench", "--model", model_, "--rowmap", rowmap_, "--corpus", corpus_, "--threads", "1",
+                                  "--prompt-tokens", "16", "--out-dir", tmp.path + "/out"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    if (std::find(extra.begin(), extra.end(), "--tokens") == extra.end()) a.insert(a.end(), {"--tokens", "4"});
+    return a;
+  }
+};
+
+TEST_F(BenchCli, LocalPeerLocalWritesJsonMarkdownAndSvg) {
+  const std::string lane = fmt::format("bench-{}", getpid());
+  test::Child peer = test::spawn({test::tandem_binary(), "peer", "--model", model_, "--rowmap", rowmap_, "--lane", lane,
+                                  "--threads", "1"},
+                                 tmp.file("peer.out"), tmp.file("peer.log"));
+  ASSERT_TRUE(test::wait_until(
+      [&] { return test::read_file(tmp.file("peer.log")).find("serving") != std::string::npos || test::try_reap(peer); },
+      30));
+  ASSERT_FALSE(peer.reaped) << test::read_file(tmp.file("peer.log"));
+  auto r = test::run_tandem(args({"--device", "cpu", "--lanes", "local,peer,local", "--users", "1,2", "--kinds", "prose",
+                                  "--peer", lane, "--label", "tiny test"}));
+  const bool peer_done = test::wait_exit(peer, 10);  // the bench closing the lane stops the peer
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(peer_done);
+  EXPECT_EQ(peer.exit_code, 0) << test::read_file(tmp.file("peer.log"));
+  EXPECT_NE(r.err.find("cell prose x 2 users done"), std::string::npos) << r.err;  // progress per cell
+  EXPECT_NE(r.out.find("| prose | 2 | peer |"), std::string::npos) << r.out;       // the table on stdout
+
+  std::vector<std::string> files;
+  for (const auto& f : std::filesystem::directory_iterator(tmp.path + "/out")) files.push_back(f.path().filename());
+  std::sort(files.begin(), files.end());
+  ASSERT_EQ(files.size(), 3u);
+  const std::string stem = files[0].substr(0, files[0].size() - 5);  // "<date>-tiny-test-cpu" + ".json"
+  EXPECT_EQ(files[0], stem + ".json");
+  EXPECT_EQ(files[1], stem + ".md");
+  EXPECT_EQ(files[2], stem + ".svg");
+  EXPECT_NE(stem.find("-tiny-test-cpu"), std::string::npos) << stem;
+
+  auto j = nlohmann::json::parse(test::read_file(tmp.path + "/out/" + files[0]));
+  EXPECT_NE(j["command"].get<std::string>().find("--lanes local,peer,local"), std::string::npos) << j["command"];
+  EXPECT_EQ(j["device"], "cpu");
+  EXPECT_GT(j["machine"]["nproc"].get<int>(), 0);
+  ASSERT_EQ(j["cells"].size(), 2u);
+  for (size_t c = 0; c < 2; ++c) {
+    const auto& cell = j["cells"][c];
+    EXPECT_EQ(cell["kind"], "prose");
+    EXPECT_EQ(cell["users"], int(c + 1));
+    ASSERT_EQ(cell["runs"].size(), 3u);
+    const auto& local = cell["runs"][0];
+    const auto& peer_run = cell["runs"][1];
+    EXPECT_EQ(local["lane"], "local");
+    EXPECT_EQ(peer_run["lane"], "peer");
+    EXPECT_EQ(cell["runs"][2]["lane"], "local");
+    for (const auto& run : cell["runs"]) {
+      EXPECT_EQ(run["decode_steps"], 3);  // 4 tokens: one from prefill, three decode steps
+      EXPECT_GT(run["tokens_per_s"].get<double>(), 0);
+      EXPECT_GT(run["bound_ms"].get<double>(), 0);
+      EXPECT_EQ(run["bytes_per_step"]["hbm"], 0.0);  // cpu: everything from DRAM
+    }
+    EXPECT_TRUE(local["counters"].is_null());
+    EXPECT_EQ(local["cold_share_source"], "probe");
+    // The peer's counters over its 3 decode steps: 3 MoE layers, one handoff each when a row went cold.
+    EXPECT_EQ(peer_run["cold_share_source"], "counters");
+    const auto& pc = peer_run["counters"];
+    EXPECT_GT(pc["handoffs"].get<int>(), 0);
+    EXPECT_LE(pc["handoffs"].get<int>(), 3 * 3);
+    EXPECT_TRUE(pc["overruns"].is_number());
+    EXPECT_TRUE(pc["wait_p50_us_le"].is_number());
+    // The probe saw the same three decode steps as the timed run (greedy, same prompts): same share.
+    EXPECT_NEAR(peer_run["cold_share"].get<double>(), local["cold_share"].get<double>(), 1e-12);
+    const auto& s = cell["summary"];
+    const double a = (local["tokens_per_s"].get<double>() + cell["runs"][2]["tokens_per_s"].get<double>()) / 2;
+    EXPECT_NEAR(s["aba_ratio"].get<double>(), peer_run["tokens_per_s"].get<double>() / a, 1e-9 * s["aba_ratio"].get<double>());
+    EXPECT_TRUE(s["aba_spread"].is_number());
+    EXPECT_EQ(s["lanes"][0]["repeats"], 2);
+  }
+  EXPECT_EQ(xml_problem(test::read_file(tmp.path + "/out/" + files[2])), "");
+  EXPECT_NE(test::read_file(tmp.path + "/out/" + files[1]).find("## peer / local"), std::string::npos);
+}
+
+TEST_F(BenchCli, BadInputFailsBeforeAnyRun) {
+  struct Case {
+    std::vector<std::string> extra;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {{"--lanes", "local,gpu2", "--kinds", "prose"}, "unknown lane 'gpu2'"},
+      {{"--lanes", "local,host,local", "--kinds", "prose"}, "--lane host"},  // cpu has no host lane
+      {{"--lanes", "local,peer,local", "--kinds", "prose"}, "give --peer NAME"},
+      {{"--lanes", "local,peer,local", "--kinds", "prose", "--peer", fmt::format("nobody-{}", getpid())},
+       "no lane is being served"},
+      {{"--lanes", "local", "--kinds", ""}, "--kinds is empty"},
+      {{"--lanes", "local", "--kinds", "poetry"}, "poetry"},
+      {{"--lanes", "local", "--kinds", "code_c"}, "no document of this kind"},
+      {{"--lanes", "local", "--kinds", "prose", "--users", "0"}, "--users: 0"},
+      {{"--lanes", "local", "--kinds", "prose", "--tokens", "1"}, "--tokens 1"},
+      {{"--lanes", "local", "--kinds", "prose", "--link-gbps", "0"}, "must be > 0"},
+  };
+  for (const Case& c : cases) {
+    auto r = test::run_tandem(args(c.extra));
+    EXPECT_EQ(r.exit_code, 2) << c.words << ": " << r.err;
+    EXPECT_NE(r.err.find(c.words), std::string::npos) << c.words << " not in: " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(tmp.path + "/out")) << c.words;
+  }
+}
+
+}  // namespace
+}  // namespace tandem

@@ -17,6 +17,9 @@
 #include "cli/bench_report.h"
 #include "cli/command.h"
 #include "cli/common.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "backends/cuda/cuda_engine.h"
+#endif
 #include "engine/generate.h"
 #include "io/corpus.h"
 #include "io/tokenizer.h"
@@ -46,14 +49,17 @@ struct Probe {
   int64_t k = 0;
 };
 
-// The lane's shared-memory counters, where the runtime exposes them (the CPU peer lane today).
+// The lane's shared-memory counters: the CPU peer lane's, or the CUDA engine's peer lane's.
 struct Snapshot {
   peer::ClientStats stats;
   uint64_t routed = 0, cold = 0;
 };
 std::optional<Snapshot> snapshot(const Runtime& rt) {
-  if (!rt.peer) return std::nullopt;
-  return Snapshot{rt.peer->stats(), rt.peer->routed_slots(), rt.peer->cold_slots()};
+  if (rt.peer) return Snapshot{rt.peer->stats(), rt.peer->routed_slots(), rt.peer->cold_slots()};
+#ifdef TANDEM_HAVE_CUDA
+  if (auto st = cuda_peer_stats(*rt.engine)) return Snapshot{st->client, st->routed_slots, st->cold_slots};
+#endif
+  return std::nullopt;
 }
 
 std::string today() {

@@ -13,10 +13,8 @@
 #include "io/safetensors.h"
 #include "placement/fingerprint.h"
 #include "placement/rowmap.h"
+#include "cli/bench_report.h"
 #include "test_util.h"
-
-// bench_report.cpp belongs to the `tandem` executable (src/cli), which tests do not link: compile it here.
-#include "cli/bench_report.cpp"
 
 namespace tandem {
 namespace {

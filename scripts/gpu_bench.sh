@@ -37,11 +37,14 @@ log "profile: exit $? in $(( $(date +%s) - t0 )) s"
 "$T" plan --model "$model" --stats "$out/stats.json" --cold-per-layer 89 --out "$out/rowmap.json" > "$out/plan.txt" 2>&1
 log "plan: exit $? ($(grep -i 'cold share' "$out/plan.txt" | head -1))"
 
-"$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane bench --threads "${PEER_THREADS:-14}" \
-  --spin-us 1000000000 --max-rows 512 > "$out/peer.out" 2> "$out/peer.log" &
-peer_pid=$!
-for _ in $(seq 600); do grep -q serving "$out/peer.log" 2>/dev/null && break; sleep 0.2; done
-log "peer: $(grep -E 'held' "$out/peer.log" | tail -1)"
+start_peer() {  # a lane closes when its primary exits: each primary run gets a fresh peer
+  "$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane "$1" --threads "${PEER_THREADS:-14}" \
+    --spin-us 1000000000 --max-rows 512 > "$out/peer-$1.out" 2> "$out/peer-$1.log" &
+  peer_pid=$!
+  for _ in $(seq 600); do grep -q serving "$out/peer-$1.log" 2>/dev/null && break; sleep 0.2; done
+  log "peer $1: $(grep -E 'held' "$out/peer-$1.log" | tail -1)"
+}
+start_peer bench
 
 t0=$(date +%s)
 timeout 280 "$T" bench --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer bench --peer-spin-limit 2000 \
@@ -50,8 +53,10 @@ timeout 280 "$T" bench --model "$model" --device cuda --rowmap "$out/rowmap.json
   > "$out/bench.txt" 2> "$out/bench.log"
 log "bench: exit $? in $(( $(date +%s) - t0 )) s"
 
+kill "$peer_pid" 2>/dev/null; wait "$peer_pid" 2>/dev/null
+start_peer check
 t0=$(date +%s)
-timeout 80 "$T" check --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer bench --corpus "$corpus" \
+timeout 80 "$T" check --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer check --corpus "$corpus" \
   --max-tokens "${CHECK_TOKENS:-2048}" > "$out/check.txt" 2> "$out/check.log"
 log "check: exit $? in $(( $(date +%s) - t0 )) s: $(tail -1 "$out/check.txt")"
 kill "$peer_pid" 2>/dev/null; wait "$peer_pid" 2>/dev/null

@@ -8,7 +8,8 @@
 # Usage: scripts/gpu_bench.sh CARRY_DIR
 set -uo pipefail
 carry=$1
-out=${OUT:-$PWD/gpu-out}
+final=${OUT:-$PWD/gpu-out}
+out=$final/work  # packed into $final/results.tgz at the end (the device tool returns few files)
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$carry/lib:${LD_LIBRARY_PATH:-}"
 export TANDEM_SHARED="$carry/shared"
@@ -69,7 +70,7 @@ log "bench_cpu_decode: exit $? $(tail -2 "$out/cpu_decode.txt" | tr '\n' ' ')"
 timeout 40 "$carry/bin/bench_kernels" --threads 16 --out "$out/kernels.json" > "$out/kernels.txt" 2>&1
 log "bench_kernels: exit $?"
 
+tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/" && rm -rf "$out"
 echo "==== summary"
-cat "$out/steps.log"
-tail -40 "$out/bench.txt"
-cat "$out/handoff.txt" | tail -14
+cat "$final/steps.log"
+tar xzf "$final/results.tgz" -O ./bench.txt 2>/dev/null | tail -45

@@ -13,6 +13,7 @@ out=$final/work  # packed into $final/results.tgz at the end (the device tool re
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$carry/lib:${LD_LIBRARY_PATH:-}"
 export TANDEM_SHARED="$carry/shared"
+export TANDEM_BIN="$carry/bin/tandem"
 chmod +x "$carry"/bin/*
 T="$carry/bin/tandem"
 model=/tmp/flash-mini
@@ -32,7 +33,7 @@ log "synth flash-mini --router-skew $skew: exit $? in $(( $(date +%s) - t0 )) s"
 "$T" info --model "$model" > "$out/info.txt" 2>&1
 
 t0=$(date +%s)
-timeout 150 "$T" profile --model "$model" --device cuda --corpus "$corpus" --max-tokens-per-kind "${PROFILE_TOKENS:-8000}" \
+timeout 150 "$T" profile --model "$model" --device cuda --corpus "$corpus" --max-tokens-per-kind "${PROFILE_TOKENS:-6000}" \
   --out "$out/stats.json" > "$out/profile.log" 2>&1
 log "profile: exit $? in $(( $(date +%s) - t0 )) s"
 "$T" plan --model "$model" --stats "$out/stats.json" --cold-per-layer 89 --out "$out/rowmap.json" > "$out/plan.txt" 2>&1
@@ -48,7 +49,7 @@ start_peer() {  # a lane closes when its primary exits: each primary run gets a 
 start_peer bench
 
 t0=$(date +%s)
-timeout 280 "$T" bench --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer bench --peer-spin-limit 2000 \
+timeout 250 "$T" bench --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer bench --peer-spin-limit 2000 \
   --lanes host,peer,host --users 1,8,16,32 --kinds prose,code_python,code_c,json,shell --corpus "$corpus" \
   --tokens "${TOKENS:-32}" --out-dir "$out" --label flash-mini --machine "H200 box: $(nproc)-core host" \
   > "$out/bench.txt" 2> "$out/bench.log"
@@ -57,8 +58,8 @@ log "bench: exit $? in $(( $(date +%s) - t0 )) s"
 kill "$peer_pid" 2>/dev/null; wait "$peer_pid" 2>/dev/null
 start_peer check
 t0=$(date +%s)
-timeout 80 "$T" check --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer check --corpus "$corpus" \
-  --max-tokens "${CHECK_TOKENS:-2048}" > "$out/check.txt" 2> "$out/check.log"
+timeout 60 "$T" check --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer check --corpus "$corpus" \
+  --max-tokens "${CHECK_TOKENS:-1024}" > "$out/check.txt" 2> "$out/check.log"
 log "check: exit $? in $(( $(date +%s) - t0 )) s: $(tail -1 "$out/check.txt")"
 kill "$peer_pid" 2>/dev/null; wait "$peer_pid" 2>/dev/null
 
@@ -67,7 +68,7 @@ log "bench_handoff: exit $?"
 "$T" synth --preset mid --out /tmp/mid --log-level warn > /dev/null 2>&1
 timeout 60 "$carry/bin/bench_cpu_decode" --model /tmp/mid --users 1,4 --tokens 32 --out "$out/cpu_decode.json" > "$out/cpu_decode.txt" 2>&1
 log "bench_cpu_decode: exit $? $(tail -2 "$out/cpu_decode.txt" | tr '\n' ' ')"
-timeout 40 "$carry/bin/bench_kernels" --threads 16 --out "$out/kernels.json" > "$out/kernels.txt" 2>&1
+[ -n "${KERNELS:-}" ] && timeout 40 "$carry/bin/bench_kernels" --threads 16 --out "$out/kernels.json" > "$out/kernels.txt" 2>&1
 log "bench_kernels: exit $?"
 
 tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/" && rm -rf "$out"

@@ -346,7 +346,7 @@ int run(Opts o) {
   report.bandwidths_default = o.bw.hbm_gbps == defaults.hbm_gbps && o.bw.dram_gbps == defaults.dram_gbps &&
                               o.bw.link_gbps == defaults.link_gbps;
   for (const std::string& lane : distinct)
-    if (!runtimes.at(lane).peer && lane == "peer")
+    if (lane == "peer" && !snapshot(runtimes.at(lane)))
       report.notes.push_back(fmt::format("lane peer on {}: the runtime exposes no handoff counters yet; wait, overrun "
                                          "fields are null and the cold share comes from the routing probe",
                                          o.model.device));

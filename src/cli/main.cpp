@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   using namespace tandem;
   CLI::App app{"tandem: mixture-of-experts inference split between a primary device and a sidecar peer"};
   app.require_subcommand(1);
+  app.fallthrough();  // --log-level may also follow the subcommand
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error (default: $TANDEM_LOG or info)");
   auto& registry = cli::command_registry();

@@ -41,7 +41,7 @@ RunFn setup(CLI::App& app) {
     float temperature = 0, top_p = 1;
     int64_t top_k = 0;
     uint64_t seed = 0;
-    bool json = false, ignore_eos = false;
+    bool json = false, ignore_eos = false, show_special = false;
   };
   auto o = std::make_shared<Opts>();
   add_model_options(app, o->model);
@@ -53,6 +53,7 @@ RunFn setup(CLI::App& app) {
   app.add_option("--top-p", o->top_p, "Nucleus sampling mass (1 = all)");
   app.add_option("--seed", o->seed, "Sampling seed");
   app.add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
+  app.add_flag("--show-special", o->show_special, "Print special tokens (e.g. <|im_end|>) in the text");
   app.add_flag("--json", o->json, "Print one JSON object with tokens, text and timings instead of streaming");
   return [o] {
     if (o->prompts.empty() == o->prompt_ids.empty()) fail("give --prompt TEXT or --prompt-ids 1,2,3");
@@ -84,7 +85,7 @@ RunFn setup(CLI::App& app) {
     if (stream) {
       go.on_token = [&](size_t, int32_t t) {
         so_far.push_back(t);
-        std::string text = tok->decode(so_far);
+        std::string text = tok->decode(so_far, !o->show_special);
         // Print only complete UTF-8: hold back a trailing partial character.
         size_t end = text.size();
         size_t i = end;
@@ -110,7 +111,7 @@ RunFn setup(CLI::App& app) {
       for (size_t i = 0; i < results.size(); ++i) {
         nlohmann::json r = {{"prompt_tokens", reqs[i].prompt.size()}, {"tokens", results[i].tokens},
                             {"finish_reason", results[i].finish_reason}};
-        if (tok) r["text"] = tok->decode(results[i].tokens);
+        if (tok) r["text"] = tok->decode(results[i].tokens, !o->show_special);
         j["results"].push_back(r);
       }
       j["prefill_seconds"] = st.prefill_seconds;
@@ -121,13 +122,15 @@ RunFn setup(CLI::App& app) {
       return 0;
     }
     if (stream) {
-      std::string text = tok->decode(results[0].tokens);
-      if (text.size() > printed.size()) fmt::print("{}", text.substr(printed.size()));
+      std::string text = tok->decode(results[0].tokens, !o->show_special);
+      if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0)
+        fmt::print("{}", text.substr(printed.size()));
       fmt::print("\n");
+      std::fflush(stdout);
     } else {
       for (size_t i = 0; i < results.size(); ++i) {
         if (tok)
-          fmt::print("[{}] {}\n", i, tok->decode(results[i].tokens));
+          fmt::print("[{}] {}\n", i, tok->decode(results[i].tokens, !o->show_special));
         else
           fmt::print("[{}] {}\n", i, fmt::join(results[i].tokens, ","));
       }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "../lane_tools/process.h"
+#include "../lane_tools/rowmap_util.h"
 #include "backends/cuda/cuda_engine.h"
 #include "engine/generate.h"
 #include "engine/verify.h"
@@ -26,6 +27,7 @@
 namespace tandem {
 namespace {
 
+using test::make_rowmap;
 using test::Child;
 
 std::string tandem_bin() {
@@ -39,25 +41,6 @@ test::CommandResult run_bin(const std::vector<std::string>& args, const test::Te
   Child c = test::spawn(full, tmp.file("run.out"), tmp.file("run.err"));
   test::wait_exit(c, 120);
   return {c.exit_code, test::read_file(tmp.file("run.out")), test::read_file(tmp.file("run.err"))};
-}
-
-Rowmap make_rowmap(const std::string& dir, const std::function<bool(int64_t, int64_t)>& cold) {
-  ModelConfig cfg = load_config(dir);
-  TensorStore store = TensorStore::open_dir(dir);
-  Rowmap rm;
-  rm.fingerprint = model_fingerprint(cfg, store);
-  rm.source.mode = "test";
-  rm.source.policy = "uniform";
-  rm.source.budget = "test";
-  for (int64_t l = 0; l < cfg.n_layer; ++l) {
-    if (!cfg.layer_is_moe[size_t(l)]) continue;
-    RowmapLayer layer;
-    layer.layer = l;
-    for (int64_t e = 0; e < cfg.n_expert; ++e) (cold(l, e) ? layer.cold : layer.hot).push_back(int32_t(e));
-    rm.layers.push_back(layer);
-  }
-  rm.finalize();
-  return rm;
 }
 
 std::string unique_lane(const char* what) { return fmt::format("gp-{}-{}", getpid(), what); }

@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "../lane_tools/process.h"
+#include "../lane_tools/rowmap_util.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "placement/fingerprint.h"
@@ -22,26 +23,7 @@ namespace tandem {
 namespace {
 
 using test::Child;
-
-// A rowmap over model `dir` with cold(l, e) deciding the split.
-void write_rowmap(const std::string& dir, const std::string& path, const std::function<bool(int64_t, int64_t)>& cold) {
-  ModelConfig cfg = load_config(dir);
-  TensorStore store = TensorStore::open_dir(dir);
-  Rowmap rm;
-  rm.fingerprint = model_fingerprint(cfg, store);
-  rm.source.mode = "test";
-  rm.source.policy = "uniform";
-  rm.source.budget = "test";
-  for (int64_t l = 0; l < cfg.n_layer; ++l) {
-    if (!cfg.layer_is_moe[size_t(l)]) continue;
-    RowmapLayer layer;
-    layer.layer = l;
-    for (int64_t e = 0; e < cfg.n_expert; ++e) (cold(l, e) ? layer.cold : layer.hot).push_back(int32_t(e));
-    rm.layers.push_back(layer);
-  }
-  rm.finalize();
-  rm.save(path);
-}
+using test::write_rowmap;
 
 std::string unique_lane(const char* what) { return fmt::format("lt-{}-{}", getpid(), what); }
 bool segment_exists(const std::string& lane) { return std::filesystem::exists("/dev/shm/tandem-" + lane); }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../lane_tools/process.h"
+#include "../lane_tools/rowmap_util.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "placement/fingerprint.h"
@@ -243,22 +244,7 @@ TEST(BenchReport, FileStem) {
 // ---- The command on the tiny model ----
 
 void write_rowmap(const std::string& dir, const std::string& path) {
-  ModelConfig cfg = load_config(dir);
-  TensorStore store = TensorStore::open_dir(dir);
-  Rowmap rm;
-  rm.fingerprint = model_fingerprint(cfg, store);
-  rm.source.mode = "test";
-  rm.source.policy = "uniform";
-  rm.source.budget = "test";
-  for (int64_t l = 0; l < cfg.n_layer; ++l) {
-    if (!cfg.layer_is_moe[size_t(l)]) continue;
-    RowmapLayer layer;
-    layer.layer = l;
-    for (int64_t e = 0; e < cfg.n_expert; ++e) (e % 3 == 1 ? layer.cold : layer.hot).push_back(int32_t(e));
-    rm.layers.push_back(layer);
-  }
-  rm.finalize();
-  rm.save(path);
+  test::write_rowmap(dir, path, [](int64_t, int64_t e) { return e % 3 == 1; });
 }
 
 class BenchCli : public ::testing::Test {

@@ -232,7 +232,7 @@ TEST_F(CudaPeerCli, FrozenPeerTripsTheWatchdogAndTheGpuRequestFailsDark) {
   Child wd = test::spawn({tandem_bin(), "watchdog", "--lane", lane, "--stall", "1", "--mode", "enforce"},
                          tmp.file("wd.out"), tmp.file("wd.err"));
   Child primary = test::spawn({tandem_bin(), "generate", "--model", model_, "--prompt", "Once upon a time",
-                               "--max-tokens", "2000", "--ignore-eos", "--device", "cuda", "--lane", "peer",
+                               "--max-tokens", "2000", "--ignore-eos", "--show-special", "--device", "cuda", "--lane", "peer",
                                "--peer", lane, "--rowmap", rowmap_},
                               tmp.file("p.out"), tmp.file("p.err"));
   ASSERT_TRUE(test::wait_until([&] { return test::read_file(tmp.file("p.out")).size() > 20; }, 60))

@@ -188,7 +188,7 @@ Faulted run_fault(const std::string& model, const std::string& rowmap, const tes
   Child wd = test::spawn({test::tandem_binary(), "watchdog", "--lane", lane, "--stall", "1", "--mode", "enforce"},
                          tmp.file("wd.out"), tmp.file("wd.err"));
   Child primary = test::spawn({test::tandem_binary(), "generate", "--model", model, "--prompt", "Once upon a time",
-                               "--max-tokens", "2000", "--ignore-eos", "--lane", "peer", "--peer", lane, "--rowmap",
+                               "--max-tokens", "2000", "--ignore-eos", "--show-special", "--lane", "peer", "--peer", lane, "--rowmap",
                                rowmap, "--threads", "1"},
                               tmp.file("primary.out"), tmp.file("primary.err"));
   // Let some tokens through, then the fault.

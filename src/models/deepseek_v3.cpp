@@ -32,11 +32,7 @@ void bind_deepseek_v3(Model& m, const ExpertFilter& filter) {
     }
     L.router = m.store.require(p + "mlp.gate.weight", {c.n_expert, c.hidden_size});
     L.router_bias = m.store.require(p + "mlp.gate.e_score_correction_bias", {c.n_expert});
-    L.experts.resize(size_t(c.n_expert));
-    for (int64_t e = 0; e < c.n_expert; ++e)
-      if (!filter || filter(l, e))
-        L.experts[size_t(e)] = bind_mlp(m, fmt::format("{}mlp.experts.{}.", p, e), "gate_proj", "up_proj",
-                                        "down_proj", c.moe_intermediate_size);
+    bind_routed_experts(m, l, p + "mlp.experts.", "gate_proj", "up_proj", "down_proj", filter);
     if (c.n_shared_expert > 0)
       L.shared = bind_mlp(m, p + "mlp.shared_experts.", "gate_proj", "up_proj", "down_proj",
                           c.shared_intermediate_size());

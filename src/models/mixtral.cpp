@@ -13,11 +13,7 @@ void bind_mixtral(Model& m, const ExpertFilter& filter) {
     std::string p = fmt::format("model.layers.{}.", l);
     bind_gqa_attention(m, l, p + "self_attn.");
     L.router = m.store.require(p + "block_sparse_moe.gate.weight", {c.n_expert, c.hidden_size});
-    L.experts.resize(size_t(c.n_expert));
-    for (int64_t e = 0; e < c.n_expert; ++e)
-      if (!filter || filter(l, e))
-        L.experts[size_t(e)] = bind_mlp(m, fmt::format("{}block_sparse_moe.experts.{}.", p, e), "w1", "w3",
-                                        "w2", c.moe_intermediate_size);
+    bind_routed_experts(m, l, p + "block_sparse_moe.experts.", "w1", "w3", "w2", filter);
   }
 }
 

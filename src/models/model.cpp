@@ -64,4 +64,13 @@ ExpertWeights bind_mlp(const Model& m, const std::string& prefix, const char* ga
   return e;
 }
 
+void bind_routed_experts(Model& m, int64_t layer, const std::string& prefix, const char* gate, const char* up,
+                         const char* down, const ExpertFilter& filter) {
+  auto& experts = m.layers[size_t(layer)].experts;
+  experts.resize(size_t(m.cfg.n_expert));
+  for (int64_t e = 0; e < m.cfg.n_expert; ++e)
+    if (!filter || filter(layer, e))
+      experts[size_t(e)] = bind_mlp(m, fmt::format("{}{}.", prefix, e), gate, up, down, m.cfg.moe_intermediate_size);
+}
+
 }  // namespace tandem

@@ -74,5 +74,9 @@ void bind_gqa_attention(Model& m, int64_t layer, const std::string& prefix);  //
 ExpertWeights bind_mlp(const Model& m, const std::string& prefix, const char* gate, const char* up,
                        const char* down, int64_t inter);
 void bind_common(Model& m);  // embed, final norm, lm_head, per-layer norms
+// The routed experts of MoE layer `layer` under `prefix` (e.g. "model.layers.3.mlp.experts."), each
+// "<prefix><e>.<gate|up|down>.weight"; experts the filter rejects stay unbound.
+void bind_routed_experts(Model& m, int64_t layer, const std::string& prefix, const char* gate, const char* up,
+                         const char* down, const ExpertFilter& filter);
 
 }  // namespace tandem

@@ -19,11 +19,7 @@ void bind_qwen3_moe(Model& m, const ExpertFilter& filter) {
       continue;
     }
     L.router = m.store.require(p + "mlp.gate.weight", {c.n_expert, c.hidden_size});
-    L.experts.resize(size_t(c.n_expert));
-    for (int64_t e = 0; e < c.n_expert; ++e)
-      if (!filter || filter(l, e))
-        L.experts[size_t(e)] = bind_mlp(m, fmt::format("{}mlp.experts.{}.", p, e), "gate_proj", "up_proj",
-                                        "down_proj", c.moe_intermediate_size);
+    bind_routed_experts(m, l, p + "mlp.experts.", "gate_proj", "up_proj", "down_proj", filter);
   }
 }
 

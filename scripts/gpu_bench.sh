@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The measured run on the GPU machine, in one call: backend tests, the bracketed lane benchmark on
 # flash-mini (synthesised there, profiled on the public corpus, planned with 89 cold experts per
-# layer), the check gate through the GPU peer lane, and the CPU-side benchmarks of the 16-core host
-# (handoff round trip, CPU decode on the mid preset, kernel bandwidth). Run from a folder holding
-# bin/ (binaries built on the development machine), lib/ (their shared libraries) and shared/
+# layer), the check gate through the GPU peer and split lanes, and the CPU-side benchmarks of the
+# 16-core host (handoff round trip, CPU decode on the mid preset, kernel bandwidth). Run from a folder
+# holding bin/ (binaries built on the development machine), lib/ (their shared libraries) and shared/
 # (fixtures/oracle, fixtures/tokenizer, corpus). Logs and results go to $OUT.
 # Usage: scripts/gpu_bench.sh CARRY_DIR
+# Knobs (environment): SKEW (router skew, default 0), LANES (default host,peer,split,host), SPLIT (the
+# split lane's link share, default 0.4), USERS, KINDS, TOKENS, SWEEP ("0.3 0.5": extra host,split,host
+# runs at those splits, 1 and 32 users, prose), DECODE (1: bench_gpu_decode local lane, PDL off/on),
+# SKIP_TESTS, SKIP_BENCH, SKIP_CPU (the CPU-side benchmarks).
 set -uo pipefail
 carry=$1
 final=${OUT:-$PWD/gpu-out}
@@ -18,13 +22,16 @@ chmod +x "$carry"/bin/*
 T="$carry/bin/tandem"
 model=/tmp/flash-mini
 corpus="$carry/shared/corpus/public.jsonl"
-skew=${SKEW:-0.05}
+skew=${SKEW:-0}
+split=${SPLIT:-0.4}
 log() { echo "[$(date +%T)] $*" | tee -a "$out/steps.log"; }
 
 log "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
 log "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) x $(nproc)"
-"$carry/bin/tandem_backend_tests" --gtest_brief=1 > "$out/backend_tests.log" 2>&1
-log "backend tests: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$out/backend_tests.log" | tr '\n' ' ')"
+if [ -z "${SKIP_TESTS:-}" ]; then
+  "$carry/bin/tandem_backend_tests" --gtest_brief=1 > "$out/backend_tests.log" 2>&1
+  log "backend tests: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$out/backend_tests.log" | tr '\n' ' ')"
+fi
 
 t0=$(date +%s)
 "$T" synth --preset flash-mini --out "$model" --router-skew "$skew" \
@@ -39,29 +46,53 @@ log "profile: exit $? in $(( $(date +%s) - t0 )) s"
 "$T" plan --model "$model" --stats "$out/stats.json" --cold-per-layer 89 --out "$out/rowmap.json" > "$out/plan.txt" 2>&1
 log "plan: exit $? ($(grep -i 'cold share' "$out/plan.txt" | head -1))"
 
-start_peer() {  # a lane closes when its primary exits: each primary run gets a fresh peer
-  "$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane "$1" --threads "${PEER_THREADS:-14}" \
-    --spin-us 1000000000 --max-rows 512 > "$out/peer-$1.out" 2> "$out/peer-$1.log" &
-  peer_pid=$!
-  for _ in $(seq 600); do grep -q serving "$out/peer-$1.log" 2>/dev/null && break; sleep 0.2; done
-  log "peer $1: $(grep -E 'held' "$out/peer-$1.log" | tail -1)"
+peer_pids=()
+start_peer() {  # NAME [extra args]. A lane closes when its primary exits: each primary run gets fresh peers
+  local name=$1
+  shift
+  "$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane "$name" --threads "${PEER_THREADS:-14}" \
+    --spin-us 1000000000 --max-rows 512 "$@" > "$out/peer-$name.out" 2> "$out/peer-$name.log" &
+  peer_pids+=($!)
+  for _ in $(seq 600); do grep -q serving "$out/peer-$name.log" 2>/dev/null && break; sleep 0.2; done
+  log "peer $name $*: $(grep -E 'held' "$out/peer-$name.log" | tail -1)"
 }
-start_peer bench
+stop_peers() {
+  for p in "${peer_pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  peer_pids=()
+}
+bench_run() {  # LABEL SPLIT LANES USERS KINDS TIMEOUT
+  local label=$1 sp=$2 lanes=$3 users=$4 kinds=$5 limit=$6
+  case ",$lanes," in *,peer,*) start_peer bench ;; esac
+  case ",$lanes," in *,split,*) start_peer bench-split --split-share "$sp" ;; esac
+  local t0=$(date +%s)
+  timeout "$limit" "$T" bench --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer bench \
+    --split-peer bench-split --split-share "$sp" --peer-spin-limit 2000 --lanes "$lanes" --users "$users" --kinds "$kinds" \
+    --corpus "$corpus" --tokens "${TOKENS:-24}" --out-dir "$out" --label "$label" \
+    --machine "H200 box: $(nproc)-core host" > "$out/bench-$label.txt" 2> "$out/bench-$label.log"
+  log "bench $label (lanes $lanes, split $sp): exit $? in $(( $(date +%s) - t0 )) s"
+  stop_peers
+}
 
-t0=$(date +%s)
-timeout 250 "$T" bench --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer bench --peer-spin-limit 2000 \
-  --lanes host,peer,host --users 1,8,16,32 --kinds prose,code_python,code_c,json,shell --corpus "$corpus" \
-  --tokens "${TOKENS:-32}" --out-dir "$out" --label flash-mini --machine "H200 box: $(nproc)-core host" \
-  > "$out/bench.txt" 2> "$out/bench.log"
-log "bench: exit $? in $(( $(date +%s) - t0 )) s"
-
-kill "$peer_pid" 2>/dev/null; wait "$peer_pid" 2>/dev/null
-start_peer check
-t0=$(date +%s)
-timeout 60 "$T" check --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer check --corpus "$corpus" \
-  --max-tokens "${CHECK_TOKENS:-1024}" > "$out/check.txt" 2> "$out/check.log"
-log "check: exit $? in $(( $(date +%s) - t0 )) s: $(tail -1 "$out/check.txt")"
-kill "$peer_pid" 2>/dev/null; wait "$peer_pid" 2>/dev/null
+for sp in ${SWEEP:-}; do
+  bench_run "sweep-split$sp" "$sp" host,split,host 1,32 prose 120
+done
+if [ -z "${SKIP_BENCH:-}" ]; then
+  bench_run flash-mini "$split" "${LANES:-host,peer,split,host}" "${USERS:-1,8,16,32}" \
+    "${KINDS:-prose,code_python,code_c,json,shell}" 400
+  start_peer check-split --split-share "$split"
+  t0=$(date +%s)
+  timeout 60 "$T" check --model "$model" --device cuda --rowmap "$out/rowmap.json" --lane split --peer check-split \
+    --split-share "$split" --corpus "$corpus" --max-tokens "${CHECK_TOKENS:-1024}" > "$out/check.txt" 2> "$out/check.log"
+  log "check (split lane): exit $? in $(( $(date +%s) - t0 )) s: $(tail -1 "$out/check.txt")"
+  stop_peers
+fi
+if [ -n "${DECODE:-}" ]; then
+  timeout 120 "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --users 1,8,32 --pdl both \
+    --out "$out/gpu_decode.json" > "$out/gpu_decode.txt" 2>&1
+  log "bench_gpu_decode: exit $?"
+fi
+[ -n "${SKIP_CPU:-}" ] && { tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/"; \
+  echo "==== summary"; cat "$final/steps.log"; for f in "$out"/bench-*.txt; do tail -30 "$f"; done; exit 0; }
 
 timeout 40 "$carry/bin/bench_handoff" --iters 20000 --out "$out/handoff.json" > "$out/handoff.txt" 2>&1
 log "bench_handoff: exit $?"
@@ -71,7 +102,7 @@ log "bench_cpu_decode: exit $? $(tail -2 "$out/cpu_decode.txt" | tr '\n' ' ')"
 [ -n "${KERNELS:-}" ] && timeout 40 "$carry/bin/bench_kernels" --threads 16 --out "$out/kernels.json" > "$out/kernels.txt" 2>&1
 log "bench_kernels: exit $?"
 
-tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/" && rm -rf "$out"
+tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/"
 echo "==== summary"
 cat "$final/steps.log"
-tar xzf "$final/results.tgz" -O ./bench.txt 2>/dev/null | tail -45
+for f in "$out"/bench-*.txt; do tail -30 "$f"; done

@@ -23,6 +23,7 @@
 #include "engine/generate.h"
 #include "io/corpus.h"
 #include "io/tokenizer.h"
+#include "moe/experts.h"
 #include "peer/segment.h"
 #include "placement/fingerprint.h"
 
@@ -213,7 +214,8 @@ double fixed_bytes(const Model& model) {
 }
 
 // Which path each part of a step's bytes takes in `lane` on `device` (see the notes in the report).
-PathBytes path_bytes(const std::string& device, const std::string& lane, double fixed, const Probe& p, int64_t hidden) {
+PathBytes path_bytes(const std::string& device, const std::string& lane, double fixed, const Probe& p, int64_t hidden,
+                     double split_share) {
   PathBytes b;
   if (device == "cpu") {
     b.dram = fixed + p.hot_bytes + p.cold_bytes;  // primary and peer read the same DRAM
@@ -223,9 +225,12 @@ PathBytes path_bytes(const std::string& device, const std::string& lane, double 
     b.hbm = fixed + p.hot_bytes;
     b.link = p.cold_bytes;
   } else {
+    // peer: every cold byte from the peer's DRAM; split: the GPU's share of them over the link.
+    const double over_link = lane == "split" ? split_share : 0.0;
     b.hbm = fixed + p.hot_bytes;
-    b.dram = p.cold_bytes;
-    b.link = p.cold_rows * (2.0 * double(hidden) * 4 + double(p.k) * 8);  // rows there and back, ids + weights
+    b.dram = (1.0 - over_link) * p.cold_bytes;
+    b.link = over_link * p.cold_bytes +
+             p.cold_rows * (2.0 * double(hidden) * 4 + double(p.k) * 8);  // rows there and back, ids + weights
   }
   return b;
 }
@@ -270,7 +275,8 @@ int run(Opts o) {
   for (auto* list : {&o.lanes, &o.kinds}) std::erase(*list, std::string());
   if (o.lanes.empty()) fail("--lanes is empty (e.g. host,peer,host)");
   for (const std::string& l : o.lanes)
-    if (l != "local" && l != "host" && l != "peer") fail("--lanes: unknown lane '{}' (local, host, peer)", l);
+    if (l != "local" && l != "host" && l != "peer" && l != "split")
+      fail("--lanes: unknown lane '{}' (local, host, peer, split)", l);
   if (o.kinds.empty()) fail("--kinds is empty (e.g. prose,code_python)");
   if (o.users.empty()) fail("--users is empty (e.g. 1,8,16,32)");
   for (int64_t u : o.users)
@@ -284,12 +290,18 @@ int run(Opts o) {
   std::vector<std::string> distinct;
   for (const std::string& l : o.lanes)
     if (std::find(distinct.begin(), distinct.end(), l) == distinct.end()) distinct.push_back(l);
-  const bool wants_peer = std::find(distinct.begin(), distinct.end(), "peer") != distinct.end();
-  if (wants_peer && o.model.peer.empty()) fail("--lanes has peer: give --peer NAME (the lane `tandem peer` serves)");
-  if (wants_peer && !peer::Segment::exists(o.model.peer))
-    fail("--peer {}: no lane is being served (no /dev/shm/tandem-{}); start `tandem peer --model M --rowmap R --lane {}` "
-         "first",
-         o.model.peer, o.model.peer, o.model.peer);
+  auto wants = [&](const char* lane) { return std::find(distinct.begin(), distinct.end(), lane) != distinct.end(); };
+  if (wants("peer") && wants("split") && (o.model.split_peer.empty() || o.model.split_peer == o.model.peer))
+    fail("--lanes has peer and split: give the split lane its own peer with --split-peer NAME (a `tandem peer --split-share "
+         "F` serves it)");
+  for (const char* lane : {"peer", "split"}) {
+    if (!wants(lane)) continue;
+    const std::string name = std::string(lane) == "split" && !o.model.split_peer.empty() ? o.model.split_peer : o.model.peer;
+    if (name.empty()) fail("--lanes has {}: give --peer NAME (the lane `tandem peer` serves)", lane);
+    if (!peer::Segment::exists(name))
+      fail("lane {}: no lane is being served (no /dev/shm/tandem-{}); start `tandem peer --model M --rowmap R --lane {}{}` first", lane,
+           name, name, std::string(lane) == "split" ? " --split-share F" : "");
+  }
 
   // Inputs first, so bad corpora fail before any model is loaded.
   const auto docs = load_corpus(o.corpus, o.kinds);
@@ -303,7 +315,7 @@ int run(Opts o) {
   for (const std::string& lane : distinct) {
     ModelOptions mo = o.model;
     mo.lane = lane;
-    if (lane != "peer") {
+    if (lane != "peer" && lane != "split") {
       mo.peer.clear();
       mo.peer_check = 0;
     }
@@ -339,7 +351,7 @@ int run(Opts o) {
                     {"kinds", o.kinds},       {"corpus", o.corpus},
                     {"tokens", o.tokens},     {"prompt_tokens", o.prompt_tokens},
                     {"warmup_tokens", o.warmup_tokens}, {"probe_tokens", o.probe_tokens},
-                    {"rowmap", o.model.rowmap}, {"peer", o.model.peer},
+                    {"rowmap", o.model.rowmap}, {"peer", o.model.peer}, {"split", o.model.split}, {"split_peer", o.model.split_peer},
                     {"threads", o.model.threads}, {"peer_spin_limit_us", o.model.peer_spin_limit_us}};
   report.bandwidths = o.bw;
   const bench::Bandwidths defaults;
@@ -359,8 +371,12 @@ int run(Opts o) {
                              ? "Paths on --device cpu: the primary and the peer read the same DRAM, so every byte "
                                "counts against --dram-gbps."
                              : "Paths on cuda: local = all HBM; host = cold experts over the link; peer = cold experts "
-                               "from the peer CPU's DRAM, activations (f32 rows there and back) over the link.");
+                               "from the peer CPU's DRAM, activations (f32 rows there and back) over the link; split = "
+                               "the --split-share share of each cold expert over the link, the rest from the peer's DRAM.");
 
+  // The split lane's share of each cold expert read over the link (the features the GPU holds).
+  const int64_t inter = first.model->cfg.moe_intermediate_size;
+  const double split_share = wants("split") ? double(split_column(inter, o.model.split)) / double(inter) : 0.0;
   std::set<std::pair<std::string, int64_t>> warmed;
   for (const std::string& kind : o.kinds) {
     for (int64_t users : o.users) {
@@ -379,7 +395,7 @@ int run(Opts o) {
           r.cold_share = probe.cold_share;
           r.cold_share_source = "probe";
         }
-        r.bytes = path_bytes(o.model.device, lane, fixed, probe, model.cfg.hidden_size);
+        r.bytes = path_bytes(o.model.device, lane, fixed, probe, model.cfg.hidden_size, split_share);
         r.bound_ms = bench::bound_ms(r.bytes, o.bw);
         fmt::print(stderr, "bench: {} x {} users, {}: {:.1f} tok/s ({:.1f}/user), {:.3f} ms/step, bound {:.3f} ms{}\n",
                    kind, users, lane, r.tokens_per_s(), r.tokens_per_s() / double(users), r.step_ms(), r.bound_ms,
@@ -420,7 +436,8 @@ RunFn setup(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   add_model_options(app, o->model);
   app.remove_option(app.get_option("--lane"));
-  app.add_option("--lanes", o->lanes, "Lanes in run order, e.g. host,peer,host (A, B, A): local, host, peer")
+  app.add_option("--lanes", o->lanes,
+                 "Lanes in run order, e.g. host,peer,host (A, B, A): local, host, peer, split (ratios are to the first)")
       ->delimiter(',')
       ->required();
   app.add_option("--users", o->users, "Concurrent sequences per cell (default 1,8,16,32)")->delimiter(',');

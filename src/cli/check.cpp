@@ -30,7 +30,8 @@ RunFn setup(CLI::App& app) {
   app.add_option("--max-tokens", o->max_tokens, "Tokens of text to run (default 4096)");
   app.add_option("--window", o->window, "Tokens per document window (default 256)");
   return [o] {
-    if (o->model.lane != "peer") fail("check runs the peer lane (--lane peer)");
+    if (o->model.lane != "peer" && o->model.lane != "split")
+      fail("check runs a lane with a peer (--lane peer, or split on cuda)");
     if (o->model.peer_check <= 0) fail("--peer-check must be >= 1 for the gate");
     Runtime rt = make_runtime(o->model, 8);
     Tokenizer tok = Tokenizer::load(o->model.model_dir + "/tokenizer.json");

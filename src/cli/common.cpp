@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/thread_pool.h"
+#include "moe/experts.h"
 #include "placement/fingerprint.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "backends/cuda/cuda_engine.h"
@@ -18,10 +19,15 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
   app.add_option("--device", o.device, "cpu (default), or cuda / cuda:N when built with the CUDA backend");
   app.add_option("--lane", o.lane,
                  "Where the rowmap's cold experts run: local (every expert on the device, default), peer (a sidecar "
-                 "process started with `tandem peer`; cpu), host (cuda: cold experts in pinned host memory, read "
-                 "over PCIe by the GPU)");
-  app.add_option("--peer", o.peer, "Lane name of the peer (lane peer)");
-  app.add_option("--rowmap", o.rowmap, "Rowmap the peer serves (lane peer)");
+                 "process started with `tandem peer`), host (cuda: cold experts in pinned host memory, read "
+                 "over PCIe by the GPU), split (cuda: the --split-share of each cold expert's features read over "
+                 "PCIe, the rest computed by a `tandem peer --split-share F`)");
+  app.add_option("--peer", o.peer, "Lane name of the peer (lanes peer and split)");
+  app.add_option("--split-share", o.split,
+                 "Lane split: share of each cold expert's intermediate features the GPU reads over PCIe; the peer "
+                 "must be started with the same --split-share (default 0.4)");
+  app.add_option("--split-peer", o.split_peer, "Lane split: lane name of its peer when it differs from --peer");
+  app.add_option("--rowmap", o.rowmap, "Rowmap of the cold experts (lanes peer, host and split)");
   app.add_option("--peer-spin-limit", o.peer_spin_limit_us,
                  "Microseconds to spin on the peer's answer before blocking (no deadline; counted as an overrun)");
   app.add_option("--peer-check", o.peer_check,
@@ -47,6 +53,7 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
 #endif
   set_global_threads(o.threads);
   Runtime rt;
+  rt.lane = o.lane;
   rt.model = Model::load(o.model_dir);
   EngineOptions eo;
   eo.max_seqs = max_seqs;
@@ -55,19 +62,21 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   if (gpu) {
     CudaOptions co;
     co.device = *gpu;
-    if (o.lane == "host" || o.lane == "peer") {
-      if (o.lane == "peer" && o.peer.empty()) fail("--lane peer needs --peer NAME and --rowmap R");
+    if (o.lane == "host" || o.lane == "peer" || o.lane == "split") {
+      const std::string name = o.lane == "split" && !o.split_peer.empty() ? o.split_peer : o.peer;
+      if (o.lane != "host" && name.empty()) fail("--lane {} needs --peer NAME and --rowmap R", o.lane);
       if (o.lane == "host" && (!o.peer.empty() || o.peer_check)) fail("--peer and --peer-check need --lane peer");
       rt.rowmap = load_rowmap(o, *rt.model);
-      co.lane = o.lane == "host" ? CudaLane::kHost : CudaLane::kPeer;
+      co.lane = o.lane == "host" ? CudaLane::kHost : o.lane == "peer" ? CudaLane::kPeer : CudaLane::kSplit;
       co.cold.assign(size_t(rt.model->cfg.n_layer), {});
       for (const auto& layer : rt.rowmap->layers) co.cold[size_t(layer.layer)] = layer.cold;
-      co.peer = o.peer;
-      co.peer_fingerprint = lane_fingerprint(*rt.rowmap);
+      co.peer = name;
+      if (o.lane == "split") co.split_begin = split_column(rt.model->cfg.moe_intermediate_size, o.split);
+      co.peer_fingerprint = lane_fingerprint(*rt.rowmap, co.split_begin);
       co.peer_spin_limit_us = o.peer_spin_limit_us;
       co.peer_check = o.peer_check;
     } else if (o.lane != "local") {
-      fail("--lane {}: not a lane on cuda (supported: local, host, peer)", o.lane);
+      fail("--lane {}: not a lane on cuda (supported: local, host, peer, split)", o.lane);
     } else if (!o.peer.empty() || o.peer_check) {
       fail("--peer and --peer-check need --lane peer");
     }
@@ -86,7 +95,7 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
     rt.peer = std::make_unique<PeerExperts>(*rt.model, *rt.rowmap, po, global_pool());
     experts = rt.peer.get();
   } else if (o.lane != "local") {
-    fail("--lane {}: not a lane on the cpu (supported: local, peer)", o.lane);
+    fail("--lane {}: not a lane on the cpu (supported: local, peer; host and split need --device cuda)", o.lane);
   } else if (!o.peer.empty() || o.peer_check) {
     fail("--peer and --peer-check need --lane peer");
   }
@@ -105,11 +114,11 @@ std::string percentile(const peer::ClientStats& st, double q) {
   return std::string("-");
 }
 
-std::string summary(const peer::ClientStats& st, uint64_t rows_sent, uint64_t routed, uint64_t cold,
-                    const std::vector<LayerCheck>& checks) {
-  std::string s = fmt::format("lane peer: {} handoffs, {} rows sent, cold share {:.1f}% of routed slots, wait mean {:.1f} us, "
+std::string summary(const std::string& lane, const peer::ClientStats& st, uint64_t rows_sent, uint64_t routed,
+                    uint64_t cold, const std::vector<LayerCheck>& checks) {
+  std::string s = fmt::format("lane {}: {} handoffs, {} rows sent, cold share {:.1f}% of routed slots, wait mean {:.1f} us, "
                               "p50 {}, p99 {}, max {:.1f} us, spin-limit overruns {}",
-                              st.handoffs, rows_sent, routed ? 100.0 * double(cold) / double(routed) : 0.0,
+                              lane, st.handoffs, rows_sent, routed ? 100.0 * double(cold) / double(routed) : 0.0,
                               st.handoffs ? double(st.wait_ns_total) / double(st.handoffs) / 1e3 : 0.0,
                               percentile(st, 0.5), percentile(st, 0.99), double(st.wait_ns_max) / 1e3, st.overruns);
   std::string gate;
@@ -122,11 +131,11 @@ std::string summary(const peer::ClientStats& st, uint64_t rows_sent, uint64_t ro
 }  // namespace
 
 std::string Runtime::lane_summary() const {
-  if (peer) return summary(peer->stats(), peer->rows_sent(), peer->routed_slots(), peer->cold_slots(), peer->checks());
+  if (peer) return summary(lane, peer->stats(), peer->rows_sent(), peer->routed_slots(), peer->cold_slots(), peer->checks());
 #ifdef TANDEM_HAVE_CUDA
   if (engine)
     if (auto st = cuda_peer_stats(*engine))
-      return summary(st->client, st->rows_sent, st->routed_slots, st->cold_slots, st->checks);
+      return summary(lane, st->client, st->rows_sent, st->routed_slots, st->cold_slots, st->checks);
 #endif
   return "";
 }

@@ -21,17 +21,21 @@ struct ModelOptions {
   int64_t max_ctx = 0;
   std::string device = "cpu";
   std::string lane = "local";
-  std::string peer;     // --peer NAME (lane peer)
-  std::string rowmap;   // --rowmap R (lanes peer and host)
+  std::string peer;     // --peer NAME (lanes peer and split)
+  std::string split_peer;  // --split-peer NAME (lane split; default: --peer)
+  double split = 0.4;   // --split-share F (lane split: share of each cold expert's features read over PCIe)
+  std::string rowmap;   // --rowmap R (lanes peer, host and split)
   uint64_t peer_spin_limit_us = 50;
   int64_t peer_check = 0;
 };
 
-// --model (required), --threads, --ctx, --device, --lane, --peer, --rowmap, --peer-spin-limit, --peer-check.
+// --model (required), --threads, --ctx, --device, --lane, --peer, --split-share, --split-peer, --rowmap,
+// --peer-spin-limit, --peer-check.
 void add_model_options(CLI::App& app, ModelOptions& o);
 
 // A model with its engine on the chosen device and lane.
 struct Runtime {
+  std::string lane;                          // --lane
   std::unique_ptr<Model> model;
   std::unique_ptr<Rowmap> rowmap;            // lanes that split experts
   std::unique_ptr<PeerExperts> peer;         // lane peer on the CPU

@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "core/thread_pool.h"
+#include "moe/experts.h"
 #include "moe/peer_lane.h"
 #include "peer/cold_experts.h"
 #include "peer/server.h"
@@ -45,6 +46,7 @@ RunFn setup(CLI::App& app) {
     double primary_stall = 2.0;
     uint64_t delay_us = 0;
     uint64_t spin_us = 100;
+    double split = 0;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("--model", o->model, "Model folder")->required();
@@ -58,6 +60,10 @@ RunFn setup(CLI::App& app) {
                  "Microseconds to keep polling the slots after the last request before napping on the doorbell "
                  "(default 100). A GPU primary cannot ring the doorbell: give such a peer a large value (a "
                  "dedicated core), e.g. 1000000000, or it answers after naps of up to 10 ms");
+  app.add_option("--split-share", o->split,
+                 "Serve the split lane: hold and compute only the last (1 - F) of each cold expert's intermediate "
+                 "features; a primary started with `--lane split --split-share F` (the same F) reads the rest over PCIe. "
+                 "0 (default): whole experts, for the peer lane");
   app.add_option("--delay-us", o->delay_us, "Testing aid: answer each request this many microseconds late");
   return [o] {
     set_global_threads(o->threads);
@@ -66,10 +72,14 @@ RunFn setup(CLI::App& app) {
     Rowmap rm = Rowmap::load(o->rowmap);
     validate(rm, cfg, model_fingerprint(cfg, store), o->rowmap);
     auto model = Model::bind(cfg, store, o->model, [&](int64_t l, int64_t e) { return rm.is_cold(l, int32_t(e)); });
-    ColdExperts cold(*model, rm, global_pool());
+    const int64_t split_begin = o->split != 0 ? split_column(cfg.moe_intermediate_size, o->split) : 0;
+    ColdExperts cold(*model, rm, global_pool(), split_begin);
     model.reset();  // nothing but the copied cold experts stays referenced
-    spdlog::info("peer: {} cold experts in {} layers, {:.3f} GB held ({}), {} threads", cold.n_cold(),
-                 cfg.n_moe_layers(), double(cold.bytes_held()) / 1e9, cold.bytes_held(), global_pool().size());
+    spdlog::info("peer: {} cold experts in {} layers{}, {:.3f} GB held ({}), {} threads", cold.n_cold(),
+                 cfg.n_moe_layers(),
+                 split_begin ? fmt::format(" (features {}..{} of each: split lane)", split_begin, cfg.moe_intermediate_size)
+                             : std::string(),
+                 double(cold.bytes_held()) / 1e9, cold.bytes_held(), global_pool().size());
     peer::Geometry g;
     g.n_slots = o->slots;
     g.max_rows = o->max_rows;
@@ -80,7 +90,7 @@ RunFn setup(CLI::App& app) {
     so.spin_us = o->spin_us;
     DelayedCompute delayed(cold, o->delay_us);
     peer::PeerCompute& compute = o->delay_us ? static_cast<peer::PeerCompute&>(delayed) : cold;
-    auto server = peer::PeerServer::create(o->lane, lane_fingerprint(rm), g, compute, so);
+    auto server = peer::PeerServer::create(o->lane, lane_fingerprint(rm, split_begin), g, compute, so);
     peer::install_stop_signals(*server);
     spdlog::info("peer: lane {} serving (fingerprint {}, rowmap {})", o->lane, rm.rowmap_fingerprint, o->rowmap);
     peer::ServeEnd end = server->serve();

@@ -6,6 +6,8 @@
 #include "moe/experts.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
@@ -38,6 +40,47 @@ struct Scratch {
 };
 
 }  // namespace
+
+int64_t split_column(int64_t inter, double fraction) {
+  if (!(fraction > 0.0 && fraction < 1.0)) fail("split fraction {} is outside (0, 1)", fraction);
+  if (inter < 16) fail("experts of {} intermediate features are too small to split (need 16)", inter);
+  const int64_t a = int64_t(std::llround(fraction * double(inter) / 8.0)) * 8;
+  return std::clamp<int64_t>(a, 8, (inter - 8) / 8 * 8);
+}
+
+namespace {
+size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+}  // namespace
+
+size_t sliced_bytes(const ExpertWeights& e, int64_t begin, int64_t end) {
+  const size_t cells = size_t(end - begin) * size_t(e.gate.cols());
+  return align64(cells * dtype_size(e.gate.dtype)) + align64(cells * dtype_size(e.up.dtype)) +
+         align64(cells * dtype_size(e.down.dtype));
+}
+
+ExpertWeights slice_expert(const ExpertWeights& e, int64_t begin, int64_t end, uint8_t* dst) {
+  const int64_t inter = e.gate.rows(), hidden = e.gate.cols(), n = end - begin;
+  TANDEM_ASSERT(begin >= 0 && begin < end && end <= inter && e.down.rows() == hidden && e.down.cols() == inter,
+                "bad expert slice [{}, {}) of {}", begin, end, inter);
+  ExpertWeights out;
+  TensorView* views[2] = {&out.gate, &out.up};
+  const TensorView* srcs[2] = {&e.gate, &e.up};
+  for (int i = 0; i < 2; ++i) {
+    const size_t part = size_t(n) * size_t(hidden) * dtype_size(srcs[i]->dtype);
+    std::memcpy(dst, srcs[i]->row_ptr(begin), part);
+    *views[i] = *srcs[i];
+    views[i]->data = dst;
+    views[i]->shape.dims[0] = n;
+    dst += align64(part);
+  }
+  const size_t des = dtype_size(e.down.dtype), row = size_t(n) * des;
+  for (int64_t m = 0; m < hidden; ++m)
+    std::memcpy(dst + size_t(m) * row, static_cast<const uint8_t*>(e.down.row_ptr(m)) + size_t(begin) * des, row);
+  out.down = e.down;
+  out.down.data = dst;
+  out.down.shape.dims[1] = n;
+  return out;
+}
 
 void run_mlp_cpu(const ExpertWeights& mlp, const float* x, int64_t n_rows, int64_t hidden, float* out,
                  ThreadPool& pool) {

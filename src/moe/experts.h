@@ -36,6 +36,19 @@ struct Routing {
 void run_experts_cpu(std::span<const ExpertWeights> experts, const float* x, int64_t n_rows, int64_t hidden,
                      const int32_t* ids, const float* weights, int64_t k, float* out, ThreadPool& pool);
 
+// Split lane: an expert's intermediate features [0, inter) are split at column `a`; the GPU streams
+// [0, a) over the link, the peer computes [a, inter). A SwiGLU MLP is a sum over its intermediate
+// features, so expert(x) = part[0, a)(x) + part[a, inter)(x) exactly (up to float summation order).
+// Split column for `fraction` of the features on the GPU: a multiple of 8 (16-byte bf16 vectors) in
+// [8, inter - 8]. InputError unless 0 < fraction < 1 and inter >= 16.
+int64_t split_column(int64_t inter, double fraction);
+// Bytes slice_expert writes for features [begin, end) of `e` (each part 64-byte aligned).
+size_t sliced_bytes(const ExpertWeights& e, int64_t begin, int64_t end);
+// Copies features [begin, end) of `e` into dst (sliced_bytes of room, 64-byte aligned): gate and up
+// rows [begin, end), down columns [begin, end) as a contiguous [hidden, end - begin] matrix. Returns
+// views into dst.
+ExpertWeights slice_expert(const ExpertWeights& e, int64_t begin, int64_t end, uint8_t* dst);
+
 // One dense SwiGLU MLP over n rows: out = mlp(x). out may not alias x.
 void run_mlp_cpu(const ExpertWeights& mlp, const float* x, int64_t n_rows, int64_t hidden, float* out,
                  ThreadPool& pool);

@@ -1,6 +1,7 @@
 // The sidecar lane on the primary (see peer_lane.h).
 #include "moe/peer_lane.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -11,10 +12,11 @@
 
 namespace tandem {
 
-uint64_t lane_fingerprint(const Rowmap& rowmap) {
+uint64_t lane_fingerprint(const Rowmap& rowmap, int64_t split_begin) {
   Fnv1a64 h;
   h.add("tandem.lane/1:");
   h.add(rowmap.rowmap_fingerprint);
+  if (split_begin > 0) h.add(fmt::format(":split={}", split_begin));
   return h.value();
 }
 

@@ -17,8 +17,10 @@
 namespace tandem {
 
 // The 64-bit fingerprint both sides of a lane put in the shared-memory header: a hash of the rowmap's
-// fingerprint, which itself covers the model fingerprint and every hot/cold list.
-uint64_t lane_fingerprint(const Rowmap& rowmap);
+// fingerprint, which itself covers the model fingerprint and every hot/cold list, and of the split
+// column of the split lane (0: the peer computes whole experts), so a peer and a primary that split
+// the experts differently refuse each other.
+uint64_t lane_fingerprint(const Rowmap& rowmap, int64_t split_begin = 0);
 
 struct PeerLaneOptions {
   std::string lane;              // --peer NAME

@@ -18,7 +18,7 @@ TensorView copy_to(const TensorView& v, uint8_t*& dst) {
 }
 }  // namespace
 
-ColdExperts::ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& pool)
+ColdExperts::ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& pool, int64_t split_begin)
     : hidden_(model.cfg.hidden_size), n_expert_(model.cfg.n_expert), pool_(pool) {
   const auto& c = model.cfg;
   experts_.assign(size_t(c.n_layer), std::vector<ExpertWeights>(size_t(c.n_expert)));
@@ -28,12 +28,24 @@ ColdExperts::ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& p
       if (!rowmap.is_cold(l, int32_t(e))) continue;
       const ExpertWeights& src = model.layers[size_t(l)].experts[size_t(e)];
       TANDEM_ASSERT(src.present(), "cold expert {}/{} not bound", l, e);
+      ExpertWeights& dst = experts_[size_t(l)][size_t(e)];
+      if (split_begin > 0) {
+        const int64_t inter = src.gate.rows();
+        if (split_begin >= inter) fail("split column {} is past the {} features of expert {}/{}", split_begin, inter, l, e);
+        const size_t bytes = sliced_bytes(src, split_begin, inter);
+        storage_.emplace_back(new uint8_t[bytes + 64]);
+        uint8_t* p = storage_.back().get();
+        p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
+        dst = slice_expert(src, split_begin, inter, p);
+        bytes_ += dst.nbytes();
+        ++n_cold_;
+        continue;
+      }
       size_t bytes = 0;
       for (const auto* v : {&src.gate, &src.up, &src.down}) bytes += (v->nbytes() + 63) / 64 * 64;
       storage_.emplace_back(new uint8_t[bytes + 64]);
       uint8_t* p = storage_.back().get();
       p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
-      ExpertWeights& dst = experts_[size_t(l)][size_t(e)];
       dst.gate = copy_to(src.gate, p);
       dst.up = copy_to(src.up, p);
       dst.down = copy_to(src.down, p);

@@ -16,8 +16,9 @@ namespace tandem {
 class ColdExperts final : public peer::PeerCompute {
  public:
   // `model` may have bound only the cold experts (Model::load with a filter); the rowmap must be
-  // validated against it.
-  ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& pool);
+  // validated against it. split_begin > 0 (the split lane): hold and compute only intermediate
+  // features [split_begin, inter) of each cold expert; the GPU streams the rest (experts.h).
+  ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& pool, int64_t split_begin = 0);
 
   int n_layers() const override { return int(experts_.size()); }
   int n_experts() const override { return int(n_expert_); }

@@ -20,6 +20,7 @@
 #include "engine/verify.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "moe/experts.h"
 #include "placement/fingerprint.h"
 #include "placement/rowmap.h"
 #include "test_util.h"
@@ -105,24 +106,41 @@ void expect_same_generation(const std::vector<GenerateResult>& got, const std::v
   }
 }
 
-class CudaPeerOracle : public ::testing::TestWithParam<std::string> {
+// The split lane: each cold expert's first features read over PCIe by the GPU, the rest computed by a
+// `tandem peer --split-share 0.5`; the sum is the local lane's function.
+CudaOptions split_options(const Rowmap& rm, const ModelConfig& cfg, const std::string& lane, double fraction) {
+  CudaOptions o = peer_options(rm, cfg, lane);
+  o.lane = CudaLane::kSplit;
+  o.split_begin = split_column(cfg.moe_intermediate_size, fraction);
+  o.peer_fingerprint = lane_fingerprint(rm, o.split_begin);
+  return o;
+}
+
+// (fixture, split lane?)
+class CudaPeerOracle : public ::testing::TestWithParam<std::tuple<std::string, bool>> {
  protected:
   test::TempDir tmp;
 };
 
 TEST_P(CudaPeerOracle, SameFunctionAsTheLocalLane) {
-  const std::string dir = test::oracle_dir(GetParam());
+  const auto& [fixture, split] = GetParam();
+  const std::string dir = test::oracle_dir(fixture);
   auto model = Model::load(dir);
   const Rowmap rm = make_rowmap(dir, [](int64_t, int64_t e) { return e % 3 == 0; });
   const std::string rm_path = tmp.file("rowmap.json");
   rm.save(rm_path);
+  auto options = [&](const std::string& lane) {
+    return split ? split_options(rm, model->cfg, lane, 0.5) : peer_options(rm, model->cfg, lane);
+  };
+  const std::vector<std::string> peer_args =
+      split ? std::vector<std::string>{"--split-share", "0.5"} : std::vector<std::string>{};
   auto local = make_cuda_engine(*model, {}, {});
   const auto ref = greedy(*local);
-  const std::string lane = unique_lane(GetParam().substr(0, 8).c_str());
-  Peer peer(dir, rm_path, lane, tmp);
+  const std::string lane = unique_lane(((split ? "s" : "p") + fixture.substr(0, 7)).c_str());
+  Peer peer(dir, rm_path, lane, tmp, peer_args);
   ASSERT_TRUE(peer.wait_serving()) << test::read_file(peer.log);
   {
-    CudaOptions o = peer_options(rm, model->cfg, lane);
+    CudaOptions o = options(lane);
     o.peer_check = 1;  // every step eager and checked on the CPU
     auto engine = make_cuda_engine(*model, {}, o);
     auto checks = verify_against(*engine, dir + "/expected.safetensors");
@@ -146,9 +164,9 @@ TEST_P(CudaPeerOracle, SameFunctionAsTheLocalLane) {
   EXPECT_EQ(peer.child.exit_code, 0) << test::read_file(peer.log);
   EXPECT_FALSE(segment_exists(lane));
   const std::string lane2 = lane + "g";
-  Peer peer2(dir, rm_path, lane2, tmp);
+  Peer peer2(dir, rm_path, lane2, tmp, peer_args);
   ASSERT_TRUE(peer2.wait_serving()) << test::read_file(peer2.log);
-  auto engine = make_cuda_engine(*model, {}, peer_options(rm, model->cfg, lane2));
+  auto engine = make_cuda_engine(*model, {}, options(lane2));
   expect_same_generation(greedy(*engine), ref);
   expect_same_generation(greedy(*engine), ref);  // replays of captured graphs
   auto st = cuda_peer_stats(*engine);
@@ -157,7 +175,33 @@ TEST_P(CudaPeerOracle, SameFunctionAsTheLocalLane) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaPeerOracle,
-                         ::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32", "deepseekv3_f32"));
+                         ::testing::Combine(::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32",
+                                                              "deepseekv3_f32"),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_split" : "_peer");
+                         });
+
+TEST(CudaSplitLane, PeerAndPrimaryCuttingDifferentlyRefuseEachOther) {
+  test::TempDir tmp;
+  const std::string dir = test::oracle_dir("qwen3moe_f32");
+  auto model = Model::load(dir);
+  const Rowmap rm = make_rowmap(dir, [](int64_t, int64_t e) { return e % 2 == 1; });
+  rm.save(tmp.file("rowmap.json"));
+  const std::string lane = unique_lane("cut");
+  Peer peer(dir, tmp.file("rowmap.json"), lane, tmp, {"--split-share", "0.5"});  // cuts at 16 of 32
+  ASSERT_TRUE(peer.wait_serving()) << test::read_file(peer.log);
+  CudaOptions o = split_options(rm, model->cfg, lane, 0.25);              // cuts at 8
+  o.peer_attach_timeout_s = 5;
+  try {
+    make_cuda_engine(*model, {}, o);
+    ADD_FAILURE() << "attached to a peer that cuts the experts elsewhere";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("fingerprint"), std::string::npos) << e.what();
+  }
+  ASSERT_TRUE(test::wait_exit(peer.child, 10));
+  EXPECT_EQ(peer.child.exit_code, 2) << test::read_file(peer.log);  // refused, as for a foreign rowmap
+}
 
 TEST(CudaPeerLane, SlowPeerWithSpinLimitOneGivesTheSameTokensAndCountsOverruns) {
   test::TempDir tmp;

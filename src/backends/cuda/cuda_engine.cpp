@@ -51,6 +51,7 @@ class CudaEngine final : public Engine {
   const ModelConfig& c_;
   EngineOptions options_;
   CudaOptions cuda_;
+  bool split_ = false;  // split lane: the GPU computes its share of the cold slots too; the peer's rows add in
   int ctx_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceWeights> w_;
@@ -87,7 +88,7 @@ class CudaEngine final : public Engine {
 };
 
 CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const CudaOptions& cuda)
-    : model_(model), c_(model.cfg), options_(options), cuda_(cuda) {
+    : model_(model), c_(model.cfg), options_(options), cuda_(cuda), split_(cuda.lane == CudaLane::kSplit) {
   const int n_dev = cuda_device_count();
   if (cuda_.device < 0 || cuda_.device >= n_dev)
     fail("cuda:{}: no such device ({} CUDA device(s) found)", cuda_.device, n_dev);
@@ -101,7 +102,8 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
   if (ctx_ > max_ctx) fail("context {} exceeds the CUDA engine's limit of {} positions", ctx_, max_ctx);
   if (c_.n_group > 32) fail("n_group {} exceeds the GPU router's limit of 32", c_.n_group);
   std::vector<std::vector<int32_t>> cold;
-  if (cuda_.lane == CudaLane::kHost || cuda_.lane == CudaLane::kPeer) {
+  const bool uses_peer = cuda_.lane == CudaLane::kPeer || cuda_.lane == CudaLane::kSplit;
+  if (cuda_.lane != CudaLane::kLocal) {
     if (!cuda_.cold.empty() && int64_t(cuda_.cold.size()) != c_.n_layer)
       fail("cold expert lists: {} given for a model of {} layers", cuda_.cold.size(), c_.n_layer);
     for (size_t l = 0; l < cuda_.cold.size(); ++l) {
@@ -115,14 +117,21 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
     }
     cold = cuda_.cold;
   }
-  if (cuda_.lane == CudaLane::kPeer) {
-    if (cuda_.peer.empty()) fail("the peer lane needs a lane name (--peer NAME)");
+  if (uses_peer) {
+    if (cuda_.peer.empty()) fail("the {} lane needs a lane name (--peer NAME)", split_ ? "split" : "peer");
     if (cuda_.peer_check < 0) fail("--peer-check {} is negative", cuda_.peer_check);
   }
+  if (split_ && !(cuda_.split_begin > 0 && cuda_.split_begin < c_.moe_intermediate_size))
+    fail("split column {} is outside the experts' {} intermediate features", cuda_.split_begin,
+         c_.moe_intermediate_size);
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  w_ = std::make_unique<DeviceWeights>(model_, cold, cuda_.lane != CudaLane::kPeer);
-  if (cuda_.lane == CudaLane::kPeer) {
+  const ColdPlacement placement = cuda_.lane == CudaLane::kPeer    ? ColdPlacement::kNone
+                                  : cuda_.lane == CudaLane::kSplit ? ColdPlacement::kSplit
+                                                                   : ColdPlacement::kHost;
+  w_ = std::make_unique<DeviceWeights>(model_, cold, placement, cuda_.split_begin);
+  if (uses_peer) {
     GpuPeerOptions po;
+    po.split_begin = split_ ? cuda_.split_begin : 0;
     po.lane = cuda_.peer;
     po.fingerprint = cuda_.peer_fingerprint;
     po.spin_limit_us = cuda_.peer_spin_limit_us;
@@ -483,7 +492,7 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking) {
   }
   const int n_tot = E_ + (L.has_shared ? 1 : 0);
   const uint8_t* mask = peer_ ? peer_->mask(l) : nullptr;
-  launch_group(ids_, n * kS, n_tot, mask, work_, stream_);
+  launch_group(ids_, n * kS, n_tot, split_ ? nullptr : mask, work_, stream_);
   // Peer lane: the first chunk of rows goes to the peer before the hot experts run, so the CPU
   // computes the cold experts while the GPU computes the hot ones; later chunks (steps with more rows
   // than a request holds) follow one after the other.
@@ -499,7 +508,7 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking) {
   for (int r0 = 0; peer_ && r0 < n; r0 += chunk) {
     const int count = std::min(n - r0, chunk);
     if (r0 > 0) launch_peer_submit(peer_->dev(), int(l), h_, ids_, wts_, mask, r0, count, kS, ra.k, stream_);
-    launch_peer_wait(peer_->dev(), ids_, mask, r0, count, kS, ra.k, slot_out_, stream_);
+    launch_peer_wait(peer_->dev(), ids_, mask, r0, count, kS, ra.k, split_, slot_out_, stream_);
     if (checking) {
       TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
       peer_->check(l, count);

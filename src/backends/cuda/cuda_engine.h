@@ -4,7 +4,9 @@
 // batch size). Lanes: `local` keeps every expert in HBM; `host` keeps the listed cold experts in
 // pinned host memory that the same expert kernels read over PCIe (zero-copy, one launch per step);
 // `peer` leaves the cold experts to a `tandem peer` process: the GPU hands their rows over through the
-// lane's shared memory from inside the stream and waits on the answer there (docs/gpu.md, Lanes).
+// lane's shared memory from inside the stream and waits on the answer there (docs/gpu.md, Lanes);
+// `split` does both at once: each cold expert's first intermediate features stream over PCIe as in
+// `host` while a `tandem peer --split-share` computes the rest from its DRAM, and the two parts are summed.
 // Plain C++ header: usable from code built without nvcc (only when TANDEM_HAVE_CUDA is defined).
 #pragma once
 
@@ -18,16 +20,20 @@
 
 namespace tandem {
 
-enum class CudaLane { kLocal, kHost, kPeer };
+enum class CudaLane { kLocal, kHost, kPeer, kSplit };
 
 struct CudaOptions {
   int device = 0;
   CudaLane lane = CudaLane::kLocal;
-  // Host and peer lanes: per layer ([n_layer] lists, or empty = none), the routed experts kept in
-  // pinned host memory (host) or computed by the peer (peer; never uploaded). Ids must be in range,
-  // unique, and only on MoE layers. Ignored by the local lane.
+  // Host, peer and split lanes: per layer ([n_layer] lists, or empty = none), the routed experts kept
+  // in pinned host memory (host), computed by the peer (peer; never uploaded) or split between the two
+  // (split). Ids must be in range, unique, and only on MoE layers. Ignored by the local lane.
   std::vector<std::vector<int32_t>> cold;
-  // Peer lane: the lane name, the fingerprint both sides expect (lane_fingerprint(rowmap)), the spin
+  // Split lane: intermediate features [0, split_begin) of each cold expert are read over PCIe by the
+  // GPU, [split_begin, inter) computed by the peer (split_column() in moe/experts.h).
+  int64_t split_begin = 0;
+  // Peer and split lanes: the lane name, the fingerprint both sides expect (lane_fingerprint(rowmap,
+  // split_begin)), the spin
   // limit of the GPU's wait (µs; past it the wait naps and counts an overrun, never gives up), and the
   // check gate: every Nth step (0 = off) runs eagerly and recomputes each handoff's rows on the CPU.
   std::string peer;

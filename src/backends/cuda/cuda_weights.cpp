@@ -5,6 +5,7 @@
 #include "backends/cuda/cuda_weights.h"
 
 #include "core/error.h"
+#include "moe/experts.h"
 
 namespace tandem::cuda {
 
@@ -13,8 +14,9 @@ namespace {
 size_t round16(size_t n) { return (n + 15) & ~size_t(15); }
 }  // namespace
 
-DeviceWeights::DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold, bool cold_on_host)
-    : cold_on_host_(cold_on_host) {
+DeviceWeights::DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold,
+                             ColdPlacement placement, int64_t split_begin)
+    : placement_(placement), split_begin_(split_begin) {
   const auto& c = model.cfg;
   embed = upload({&model.embed}, "model.embed_tokens.weight");
   lm_head = model.lm_head.data == model.embed.data ? embed : upload({&model.lm_head}, "lm_head.weight");
@@ -120,6 +122,9 @@ ExpertTable DeviceWeights::upload_experts(const std::vector<const ExpertWeights*
   t.n_routed = n_routed;
   t.inter = int(e0.gate.rows());
   t.shared_inter = int(experts.back()->gate.rows());
+  const bool split = placement_ == ColdPlacement::kSplit;
+  if (split && !(split_begin_ > 0 && split_begin_ < t.inter))
+    fail("layer {}: split column {} is outside the experts' {} features", layer, split_begin_, t.inter);
   size_t hot = 0, cold_b = 0;
   for (size_t i = 0; i < experts.size(); ++i) {
     const ExpertWeights& e = *experts[i];
@@ -128,11 +133,14 @@ ExpertTable DeviceWeights::upload_experts(const std::vector<const ExpertWeights*
       if (v->dtype != e0.gate.dtype)
         fail("layer {} expert {}: dtype {} differs from the layer's {}", layer, i, dtype_name(v->dtype),
              dtype_name(e0.gate.dtype));
-    for (const TensorView* v : {&e.gate, &e.up, &e.down}) (cold[i] ? cold_b : hot) += round16(v->nbytes());
+    for (const TensorView* v : {&e.gate, &e.up, &e.down})
+      (cold[i] ? cold_b : hot) += round16(split && cold[i] ? v->nbytes() / size_t(t.inter) * size_t(split_begin_)
+                                                            : v->nbytes());
   }
+  if (placement_ == ColdPlacement::kNone) cold_b = 0;
   char* hot_buf = static_cast<char*>(dev_alloc(hot, "experts"));
   char* cold_buf = nullptr;
-  if (cold_b > 0 && cold_on_host_) {
+  if (cold_b > 0) {
     void* p = nullptr;
     cudaError_t err = cudaHostAlloc(&p, cold_b, cudaHostAllocMapped);
     if (err != cudaSuccess) {
@@ -144,12 +152,22 @@ ExpertTable DeviceWeights::upload_experts(const std::vector<const ExpertWeights*
     cold_buf = static_cast<char*>(p);
   }
   std::vector<const void*> ptrs(3 * experts.size());
+  std::vector<int32_t> inter_of(experts.size());
+  std::vector<uint8_t> staging;
   for (size_t i = 0; i < experts.size(); ++i) {
-    const ExpertWeights& e = *experts[i];
+    const ExpertWeights& full = *experts[i];
+    inter_of[i] = int32_t(full.gate.rows());
+    ExpertWeights e = full;
+    if (split && cold[i]) {  // the GPU's share: features [0, split_begin)
+      staging.resize(sliced_bytes(full, 0, split_begin_) + 64);
+      uint8_t* p = staging.data() + (64 - reinterpret_cast<uintptr_t>(staging.data()) % 64) % 64;
+      e = slice_expert(full, 0, split_begin_, p);
+      inter_of[i] = int32_t(split_begin_);
+    }
     const TensorView* parts[3] = {&e.gate, &e.up, &e.down};
     for (int j = 0; j < 3; ++j) {
       const TensorView& v = *parts[j];
-      if (cold[i] && !cold_on_host_) {
+      if (cold[i] && placement_ == ColdPlacement::kNone) {
         ptrs[size_t(j) * experts.size() + i] = nullptr;
       } else if (cold[i]) {
         std::memcpy(cold_buf, v.data, v.nbytes());
@@ -169,6 +187,11 @@ ExpertTable DeviceWeights::upload_experts(const std::vector<const ExpertWeights*
   t.gate = table;
   t.up = table + experts.size();
   t.down = table + 2 * experts.size();
+  if (split) {
+    auto* d_inter = static_cast<int32_t*>(dev_alloc(inter_of.size() * sizeof(int32_t), "expert sizes"));
+    TANDEM_CUDA_CHECK(cudaMemcpy(d_inter, inter_of.data(), inter_of.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    t.inter_of = d_inter;
+  }
   size_t shared_bytes = 0;
   if (L.has_shared)
     for (const TensorView* v : {&experts.back()->gate, &experts.back()->up, &experts.back()->down})

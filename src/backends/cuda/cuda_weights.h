@@ -37,11 +37,16 @@ struct DLayer {
   size_t hot_bytes = 0, cold_bytes = 0;  // routed expert bytes in HBM / cold (pinned host memory or the peer)
 };
 
+// Where the cold experts go: all of each in mapped pinned host memory (the host lane), nowhere (the
+// peer lane: their table entries are null), or their first `split_begin` intermediate features in
+// mapped pinned host memory and the rest nowhere (the split lane: the peer computes the rest).
+enum class ColdPlacement { kHost, kNone, kSplit };
+
 class DeviceWeights {
  public:
-  // cold: per layer, experts to place in mapped pinned host memory (validated by the caller); with
-  // cold_on_host false they are not uploaded at all (the peer lane: their table entries are null).
-  DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold, bool cold_on_host = true);
+  // cold: per layer, the cold experts (validated by the caller), placed as `placement` says.
+  DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold,
+                ColdPlacement placement = ColdPlacement::kHost, int64_t split_begin = 0);
   ~DeviceWeights();
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;
@@ -60,7 +65,8 @@ class DeviceWeights {
   ExpertTable upload_experts(const std::vector<const ExpertWeights*>& experts, const std::vector<bool>& cold,
                              int n_routed, DLayer& L, int64_t layer);
 
-  bool cold_on_host_ = true;
+  ColdPlacement placement_ = ColdPlacement::kHost;
+  int64_t split_begin_ = 0;
   std::vector<void*> dev_;
   std::vector<void*> host_;
 };

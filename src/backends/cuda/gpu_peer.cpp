@@ -26,9 +26,13 @@ T* dev_ptr(void* host_base, void* dev_base, const void* p) {
 
 }  // namespace
 
+size_t GpuPeerLane::peer_sliced_bytes(const ExpertWeights& e) const {
+  return sliced_bytes(e, split_begin_, e.gate.rows());
+}
+
 GpuPeerLane::GpuPeerLane(const Model& model, const std::vector<std::vector<int32_t>>& cold,
                          const GpuPeerOptions& options)
-    : model_(model), lane_(options.lane) {
+    : model_(model), lane_(options.lane), split_begin_(options.split_begin) {
   const auto& c = model.cfg;
   peer::Geometry g;
   g.n_slots = 1;
@@ -171,8 +175,30 @@ void GpuPeerLane::check(int64_t layer, int count) {
   peer::SlotView s = client_->segment().slot(0);
   const int64_t H = dev_.hidden, K = dev_.max_k;
   ref_.resize(size_t(count) * size_t(H));
-  run_experts_cpu(model_.layers[size_t(layer)].experts, s.x, count, H, s.ids, s.weights, K, ref_.data(),
-                  global_pool());
+  std::span<const ExpertWeights> experts = model_.layers[size_t(layer)].experts;
+  if (split_begin_ > 0) {
+    // Slice the experts this request names (ids were validated by the peer, which answered kOk).
+    const size_t n_expert = experts.size();
+    std::vector<uint8_t> named(n_expert, 0);
+    size_t bytes = 0;
+    for (int64_t i = 0; i < int64_t(count) * K; ++i) {
+      const int32_t e = s.ids[i];
+      if (e < 0 || size_t(e) >= n_expert || named[size_t(e)]) continue;
+      named[size_t(e)] = 1;
+      bytes += peer_sliced_bytes(experts[size_t(e)]) + 64;
+    }
+    sliced_bytes_.resize(bytes + 64);
+    sliced_.assign(n_expert, ExpertWeights{});
+    uint8_t* p = sliced_bytes_.data() + (64 - reinterpret_cast<uintptr_t>(sliced_bytes_.data()) % 64) % 64;
+    for (size_t e = 0; e < n_expert; ++e) {
+      if (!named[e]) continue;
+      const ExpertWeights& full = experts[e];
+      sliced_[e] = slice_expert(full, split_begin_, full.gate.rows(), p);
+      p += peer_sliced_bytes(full);
+    }
+    experts = sliced_;
+  }
+  run_experts_cpu(experts, s.x, count, H, s.ids, s.weights, K, ref_.data(), global_pool());
   auto& chk = checks_[size_t(layer)];
   for (int r = 0; r < count; ++r) {
     bool any = false;

@@ -22,6 +22,7 @@ struct GpuPeerOptions {
   uint64_t fingerprint = 0;
   uint64_t spin_limit_us = 50;
   double attach_timeout_s = 30;
+  int64_t split_begin = 0;  // split lane: the peer computes features [split_begin, inter) of each cold expert
 };
 
 class GpuPeerLane {
@@ -40,7 +41,8 @@ class GpuPeerLane {
   void enqueue_error_readback(cudaStream_t stream);
   // After the stream synced: throws the lane's failure (and every later call throws it again).
   void throw_if_failed();
-  // Check gate for the handoff just answered (stream synced): layer's cold rows recomputed on the CPU.
+  // Check gate for the handoff just answered (stream synced): layer's cold rows recomputed on the CPU
+  // (in the split lane: the peer's share of each cold expert).
   void check(int64_t layer, int count);
 
   struct Stats {
@@ -51,6 +53,8 @@ class GpuPeerLane {
   const std::vector<LayerCheck>& checks() const { return checks_; }
 
  private:
+  size_t peer_sliced_bytes(const ExpertWeights& e) const;
+
   const Model& model_;
   std::string lane_;
   std::unique_ptr<peer::PeerClient> client_;
@@ -63,6 +67,9 @@ class GpuPeerLane {
   std::vector<LayerCheck> checks_;
   std::exception_ptr failed_;
   std::vector<float> ref_;
+  int64_t split_begin_ = 0;
+  std::vector<ExpertWeights> sliced_;  // check gate of the split lane: the peer's share of the checked experts
+  std::vector<uint8_t> sliced_bytes_;
 };
 
 }  // namespace tandem::cuda

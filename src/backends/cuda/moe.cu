@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
     expert_gate_up_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
   ExpertSlice s;
   if (!expert_slice(w, r, s)) return;
-  const int inter = s.e < t.n_routed ? t.inter : t.shared_inter;
+  const int inter = t.inter_of ? t.inter_of[s.e] : s.e < t.n_routed ? t.inter : t.shared_inter;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int j = blockIdx.y * kExpertWarps + warp;
   if (j >= inter) return;
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
     expert_down_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
   ExpertSlice s;
   if (!expert_slice(w, r, s)) return;
-  const int inter = s.e < t.n_routed ? t.inter : t.shared_inter;
+  const int inter = t.inter_of ? t.inter_of[s.e] : s.e < t.n_routed ? t.inter : t.shared_inter;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int m = blockIdx.y * kExpertWarps + warp;
   if (m >= t.hidden) return;

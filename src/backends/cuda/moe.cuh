@@ -52,6 +52,8 @@ struct ExpertTable {
   int n_routed = 0;       // experts below this id have `inter` rows; others `shared_inter`
   int inter = 0, shared_inter = 0;
   int hidden = 0;
+  const int32_t* inter_of = nullptr;  // [n_experts] per-expert rows when set (split lane: cold experts
+                                      // keep only their first features), overriding n_routed/inter/shared_inter
 };
 
 struct ExpertRun {

@@ -159,7 +159,7 @@ __device__ bool wait_answer(const PeerDev& d, unsigned long long expected, int c
 
 __global__ void __launch_bounds__(kWaitThreads)
     peer_wait_kernel(PeerDev d, const int32_t* ids, const uint8_t* mask, int r0, int count, int kS, int k,
-                     float* slot_out) {
+                     bool accumulate, float* slot_out) {
   PeerDevState* st = d.st;
   if (st->err || !st->pending) return;
   __shared__ int ok;
@@ -176,6 +176,10 @@ __global__ void __launch_bounds__(kWaitThreads)
       if (first < 0) {
         first = j;
         const float* src = d.out + int64_t(b) * H;
+        if (accumulate) {
+          for (int i = threadIdx.x; i < H; i += blockDim.x) dst[i] += __ldcv(src + i);
+          break;
+        }
         for (int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = __ldcv(src + i);
       } else {
         for (int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = 0.0f;
@@ -195,10 +199,10 @@ void launch_peer_submit(const PeerDev& d, int layer, const float* x, const int32
 }
 
 void launch_peer_wait(const PeerDev& d, const int32_t* ids, const uint8_t* cold_mask, int r0, int count, int kS,
-                      int k, float* slot_out, cudaStream_t stream) {
+                      int k, bool accumulate, float* slot_out, cudaStream_t stream) {
   if (count == 0) return;
-  peer_wait_kernel<<<count < kWaitBlocks ? count : kWaitBlocks, kWaitThreads, 0, stream>>>(d, ids, cold_mask, r0,
-                                                                                           count, kS, k, slot_out);
+  peer_wait_kernel<<<count < kWaitBlocks ? count : kWaitBlocks, kWaitThreads, 0, stream>>>(
+      d, ids, cold_mask, r0, count, kS, k, accumulate, slot_out);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 

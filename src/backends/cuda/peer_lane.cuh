@@ -62,8 +62,10 @@ void launch_peer_submit(const PeerDev& d, int layer, const float* x, const int32
                         const uint8_t* cold_mask, int r0, int count, int kS, int k, cudaStream_t stream);
 // Waits for the answer of the pending request (spin, then __nanosleep past the spin limit; ends early
 // only when the lane state leaves serving), records the wait, and writes each row's peer output into
-// its first cold slot of slot_out [n * kS, H] (zero into its other cold slots).
+// its first cold slot of slot_out [n * kS, H] (zero into its other cold slots). accumulate (the split
+// lane, where the GPU already wrote its share of every cold slot): adds the output into the first
+// cold slot and leaves the others as they are.
 void launch_peer_wait(const PeerDev& d, const int32_t* ids, const uint8_t* cold_mask, int r0, int count, int kS,
-                      int k, float* slot_out, cudaStream_t stream);
+                      int k, bool accumulate, float* slot_out, cudaStream_t stream);
 
 }  // namespace tandem::cuda

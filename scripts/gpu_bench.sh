@@ -8,7 +8,8 @@
 # Usage: scripts/gpu_bench.sh CARRY_DIR
 # Knobs (environment): SKEW (router skew, default 0), LANES (default host,peer,split,host), SPLIT (the
 # split lane's link share, default 0.4), USERS, KINDS, TOKENS, SWEEP ("0.3 0.5": extra host,split,host
-# runs at those splits, 1 and 32 users, prose), DECODE (1: bench_gpu_decode local lane, PDL off/on),
+# runs at those splits, 1 and 32 users, prose), DECODE (1: bench_gpu_decode, local lane), PDL (passed
+# to bench_gpu_decode --pdl: 0, 1 or both),
 # SKIP_TESTS, SKIP_BENCH, SKIP_CPU (the CPU-side benchmarks).
 set -uo pipefail
 carry=$1
@@ -87,12 +88,12 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   stop_peers
 fi
 if [ -n "${DECODE:-}" ]; then
-  timeout 120 "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --users 1,8,32 --pdl both \
-    --out "$out/gpu_decode.json" > "$out/gpu_decode.txt" 2>&1
+  timeout 120 "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --batches 1,8,16,32 \
+    ${PDL:+--pdl "$PDL"} --json "$out/gpu_decode.json" > "$out/gpu_decode.txt" 2>&1
   log "bench_gpu_decode: exit $?"
 fi
 [ -n "${SKIP_CPU:-}" ] && { tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/"; \
-  echo "==== summary"; cat "$final/steps.log"; for f in "$out"/bench-*.txt; do tail -30 "$f"; done; exit 0; }
+  echo "==== summary"; cat "$final/steps.log"; for f in "$out"/bench-*.txt "$out"/gpu_decode.txt; do tail -30 "$f"; done; exit 0; }
 
 timeout 40 "$carry/bin/bench_handoff" --iters 20000 --out "$out/handoff.json" > "$out/handoff.txt" 2>&1
 log "bench_handoff: exit $?"

@@ -43,14 +43,21 @@ std::unique_ptr<Rowmap> load_rowmap(const ModelOptions& o, const Model& model) {
 }
 }  // namespace
 
-Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
-  const bool cpu = o.device == "cpu";
+std::optional<int> parse_device(const std::string& device) {
+  if (device == "cpu") return std::nullopt;
 #ifdef TANDEM_HAVE_CUDA
-  const std::optional<int> gpu = parse_cuda_device(o.device);
-  if (!cpu && !gpu) fail("--device {}: unknown device (cpu, cuda, cuda:N)", o.device);
+  const std::optional<int> gpu = parse_cuda_device(device);
+  if (!gpu) fail("--device {}: unknown device (cpu, cuda, cuda:N)", device);
+  const int n = cuda_device_count();
+  if (*gpu >= n) fail("--device {}: no such device ({} CUDA device(s) found)", device, n);
+  return gpu;
 #else
-  if (!cpu) fail("--device {}: this build has no CUDA backend (cpu only)", o.device);
+  fail("--device {}: this build has no CUDA backend (cpu only)", device);
 #endif
+}
+
+Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
+  [[maybe_unused]] const std::optional<int> gpu = parse_device(o.device);
   set_global_threads(o.threads);
   Runtime rt;
   rt.lane = o.lane;

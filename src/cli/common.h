@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,10 @@ struct ModelOptions {
   uint64_t peer_spin_limit_us = 50;
   int64_t peer_check = 0;
 };
+
+// --device: nullopt for "cpu", the GPU index for "cuda" / "cuda:N". InputError (naming the value) for
+// anything else, for a GPU in a build without the CUDA backend, and for an index with no such device.
+std::optional<int> parse_device(const std::string& device);
 
 // --model (required), --threads, --ctx, --device, --lane, --peer, --split-share, --split-peer, --rowmap,
 // --peer-spin-limit, --peer-check.

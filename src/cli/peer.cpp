@@ -1,19 +1,27 @@
-// `tandem peer`: the sidecar process. Loads only the cold experts of a rowmap, creates the lane's
-// shared-memory segment (owner-only), logs `serving`, and computes requests until the lane stops,
-// trips, the primary goes away, or SIGTERM/SIGINT. Exit: 0 normal stop, 1 tripped, 2 bad input/refused.
+// `tandem peer`: the sidecar process. Loads only the cold experts of a rowmap into host memory (the
+// CPU computes them) or one GPU's HBM (`--device cuda[:N]`: the CUDA backend's expert kernels), creates
+// the lane's shared-memory segment (owner-only) once they are in place, logs `serving`, and computes
+// requests until the lane stops, trips, the primary goes away, or SIGTERM/SIGINT. Exit: 0 normal stop,
+// 1 tripped, 2 bad input/refused (a bad --device among them: then no segment is created).
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/common.h"
 #include "core/thread_pool.h"
 #include "moe/experts.h"
 #include "moe/peer_lane.h"
 #include "peer/cold_experts.h"
 #include "peer/server.h"
 #include "placement/fingerprint.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "backends/cuda/gpu_cold_experts.h"
+#endif
 
 namespace tandem::cli {
 namespace {
@@ -37,9 +45,38 @@ class DelayedCompute final : public peer::PeerCompute {
   uint64_t delay_us_;
 };
 
+// The cold experts as this peer holds them: where, how many, how many bytes.
+struct Held {
+  std::unique_ptr<peer::PeerCompute> compute;
+  int64_t n_cold = 0;
+  size_t bytes = 0;
+  std::string where;
+};
+
+Held load_cold(const Model& model, const Rowmap& rm, std::optional<int> gpu, int64_t max_rows, int64_t split_begin) {
+  Held h;
+#ifdef TANDEM_HAVE_CUDA
+  if (gpu) {
+    auto g = std::make_unique<cuda::GpuColdExperts>(model, rm, *gpu, max_rows, split_begin);
+    h.n_cold = g->n_cold();
+    h.bytes = g->bytes_held();
+    h.where = fmt::format("in the HBM of cuda:{}", *gpu);
+    h.compute = std::move(g);
+    return h;
+  }
+#endif
+  TANDEM_ASSERT(!gpu, "a GPU device in a build without the CUDA backend");
+  auto c = std::make_unique<ColdExperts>(model, rm, global_pool(), split_begin);
+  h.n_cold = c->n_cold();
+  h.bytes = c->bytes_held();
+  h.where = fmt::format("in host memory, {} threads", global_pool().size());
+  h.compute = std::move(c);
+  return h;
+}
+
 RunFn setup(CLI::App& app) {
   struct Opts {
-    std::string model, rowmap, lane;
+    std::string model, rowmap, lane, device = "cpu";
     int threads = 0;
     uint32_t max_rows = 256;
     uint32_t slots = 1;
@@ -52,34 +89,40 @@ RunFn setup(CLI::App& app) {
   app.add_option("--model", o->model, "Model folder")->required();
   app.add_option("--rowmap", o->rowmap, "Rowmap (tandem plan): the cold experts this peer serves")->required();
   app.add_option("--lane", o->lane, "Lane name (shared memory /tandem-NAME)")->required();
-  app.add_option("--threads", o->threads, "CPU threads for expert compute (default: all)");
+  app.add_option("--device", o->device,
+                 "Where the cold experts live and run: cpu (default: host memory, the CPU's cores), cuda or cuda:N "
+                 "(that GPU's HBM, the CUDA backend's expert kernels; needs a build with the CUDA backend)");
+  app.add_option("--threads", o->threads, "CPU threads for expert compute (default: all; unused with --device cuda)");
   app.add_option("--max-rows", o->max_rows, "Rows per request the segment holds (default 256)");
   app.add_option("--primary-stall", o->primary_stall,
                  "Seconds without a primary heartbeat after which the peer exits (default 2)");
-  app.add_option("--spin-us", o->spin_us,
-                 "Microseconds to keep polling the slots after the last request before napping on the doorbell "
-                 "(default 100). A GPU primary cannot ring the doorbell: give such a peer a large value (a "
-                 "dedicated core), e.g. 1000000000, or it answers after naps of up to 10 ms");
+  CLI::Option* spin = app.add_option(
+      "--spin-us", o->spin_us,
+      "Microseconds to keep polling the slots after the last request before napping on the doorbell "
+      "(default 100; with --device cuda 1000000000, i.e. always polling on one core). A GPU primary cannot ring "
+      "the doorbell: give such a peer a large value (a dedicated core), e.g. 1000000000, or it answers after naps "
+      "of up to 10 ms");
   app.add_option("--split-share", o->split,
                  "Serve the split lane: hold and compute only the last (1 - F) of each cold expert's intermediate "
                  "features; a primary started with `--lane split --split-share F` (the same F) reads the rest over PCIe. "
                  "0 (default): whole experts, for the peer lane");
   app.add_option("--delay-us", o->delay_us, "Testing aid: answer each request this many microseconds late");
-  return [o] {
-    set_global_threads(o->threads);
+  return [o, spin] {
+    const std::optional<int> gpu = parse_device(o->device);  // before anything is loaded or created
+    if (gpu && spin->count() == 0) o->spin_us = 1'000'000'000;
+    set_global_threads(gpu ? 1 : o->threads);
     ModelConfig cfg = load_config(o->model);
     TensorStore store = TensorStore::open_dir(o->model);
     Rowmap rm = Rowmap::load(o->rowmap);
     validate(rm, cfg, model_fingerprint(cfg, store), o->rowmap);
     auto model = Model::bind(cfg, store, o->model, [&](int64_t l, int64_t e) { return rm.is_cold(l, int32_t(e)); });
     const int64_t split_begin = o->split != 0 ? split_column(cfg.moe_intermediate_size, o->split) : 0;
-    ColdExperts cold(*model, rm, global_pool(), split_begin);
+    Held cold = load_cold(*model, rm, gpu, o->max_rows, split_begin);
     model.reset();  // nothing but the copied cold experts stays referenced
-    spdlog::info("peer: {} cold experts in {} layers{}, {:.3f} GB held ({}), {} threads", cold.n_cold(),
-                 cfg.n_moe_layers(),
+    spdlog::info("peer: {} cold experts in {} layers{}, {:.3f} GB held ({}), {}", cold.n_cold, cfg.n_moe_layers(),
                  split_begin ? fmt::format(" (features {}..{} of each: split lane)", split_begin, cfg.moe_intermediate_size)
                              : std::string(),
-                 double(cold.bytes_held()) / 1e9, cold.bytes_held(), global_pool().size());
+                 double(cold.bytes) / 1e9, cold.bytes, cold.where);
     peer::Geometry g;
     g.n_slots = o->slots;
     g.max_rows = o->max_rows;
@@ -88,10 +131,16 @@ RunFn setup(CLI::App& app) {
     peer::ServerOptions so;
     so.primary_stall_s = o->primary_stall;
     so.spin_us = o->spin_us;
-    DelayedCompute delayed(cold, o->delay_us);
-    peer::PeerCompute& compute = o->delay_us ? static_cast<peer::PeerCompute&>(delayed) : cold;
+    DelayedCompute delayed(*cold.compute, o->delay_us);
+    peer::PeerCompute& compute = o->delay_us ? static_cast<peer::PeerCompute&>(delayed) : *cold.compute;
     auto server = peer::PeerServer::create(o->lane, lane_fingerprint(rm, split_begin), g, compute, so);
     peer::install_stop_signals(*server);
+#ifdef TANDEM_HAVE_CUDA
+    // The GPU copies rows from and answers into the segment: page-locked, that is one DMA each way.
+    // Declared after the server, so it is released before the segment is unmapped.
+    std::optional<cuda::PinnedRange> pinned;
+    if (gpu) pinned.emplace(&server->segment().header(), size_t(peer::segment_bytes(server->segment().geometry())));
+#endif
     spdlog::info("peer: lane {} serving (fingerprint {}, rowmap {})", o->lane, rm.rowmap_fingerprint, o->rowmap);
     peer::ServeEnd end = server->serve();
     spdlog::info("peer: lane {} ended: {} after {} requests", o->lane, peer::to_string(end), server->served());

@@ -1,11 +1,15 @@
-// Bad checkpoints through the CLI: each gets a clear error naming the file/tensor/field and exit code 2.
+// Bad checkpoints and options through the CLI: each gets a clear error naming the file/tensor/field and exit code 2.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "lane_tools/process.h"
+#include "lane_tools/rowmap_util.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -175,6 +179,28 @@ TEST(BadInput, PromptIdsOutOfVocab) {
 TEST(BadInput, UnknownFlagIsExitTwo) {
   auto r = test::run_tandem({"generate", "--no-such-flag"});
   EXPECT_EQ(r.exit_code, 2);
+}
+
+// `tandem peer --device` that names no device here: exit 2 with the value in the message, before any
+// segment exists (with or without the CUDA backend, with or without a GPU). Bounded: a peer that
+// wrongly accepted the device would serve forever.
+TEST(BadInput, PeerOnADeviceThatIsNotThereCreatesNoSegment) {
+  test::TempDir tmp;
+  const std::string dir = test::oracle_dir("qwen3moe_f32");
+  const std::string rowmap = tmp.file("rowmap.json");
+  test::write_rowmap(dir, rowmap, [](int64_t, int64_t e) { return e % 2 == 0; });
+  int i = 0;
+  for (const std::string device : {"bogus", "cuda:99", "cuda:x"}) {
+    const std::string lane = fmt::format("baddev-{}-{}", getpid(), i++);
+    test::Child c = test::spawn({test::tandem_binary(), "peer", "--model", dir, "--rowmap", rowmap, "--lane", lane,
+                                 "--device", device},
+                                tmp.file("out"), tmp.file("err"));
+    ASSERT_TRUE(test::wait_exit(c, 60)) << device << ": still running";
+    const std::string err = test::read_file(tmp.file("err"));
+    EXPECT_EQ(c.exit_code, 2) << device << ": " << err;
+    EXPECT_NE(err.find("error: --device " + device + ": "), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists("/dev/shm/tandem-" + lane)) << device;
+  }
 }
 
 }  // namespace

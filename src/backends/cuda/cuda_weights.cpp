@@ -63,12 +63,12 @@ DeviceWeights::DeviceWeights(const Model& model, const std::vector<std::vector<i
   }
 }
 
-DeviceWeights::~DeviceWeights() {
+DeviceMemory::~DeviceMemory() {
   for (void* p : dev_) cudaFree(p);
   for (void* p : host_) cudaFreeHost(p);
 }
 
-void* DeviceWeights::dev_alloc(size_t bytes, const char* what) {
+void* DeviceMemory::device(size_t bytes, std::string_view what) {
   void* p = nullptr;
   cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 16));
   if (err != cudaSuccess) {
@@ -82,7 +82,79 @@ void* DeviceWeights::dev_alloc(size_t bytes, const char* what) {
   return p;
 }
 
-float* DeviceWeights::alloc_f32(size_t n) { return static_cast<float*>(dev_alloc(n * 4, "scratch")); }
+void* DeviceMemory::host_mapped(size_t bytes, std::string_view what) {
+  void* p = nullptr;
+  cudaError_t err = cudaHostAlloc(&p, std::max<size_t>(bytes, 16), cudaHostAllocMapped);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail("pinned host memory for {} ({} bytes): {}", what, bytes, cudaGetErrorString(err));
+  }
+  host_.push_back(p);
+  return p;
+}
+
+PackedExperts pack_experts(DeviceMemory& mem, std::span<const ExpertPart> parts, int64_t layer) {
+  PackedExperts out;
+  const ExpertWeights* first = nullptr;
+  for (const ExpertPart& part : parts)
+    if (part.w && !first) first = part.w;
+  auto end_of = [](const ExpertPart& part) { return part.end ? part.end : part.w->gate.rows(); };
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const ExpertPart& part = parts[i];
+    if (!part.w) continue;
+    const ExpertWeights& e = *part.w;
+    TANDEM_ASSERT(e.present(), "layer {} expert {} is not loaded", layer, i);
+    const int64_t inter = e.gate.rows(), end = end_of(part);
+    TANDEM_ASSERT(part.begin >= 0 && part.begin < end && end <= inter, "layer {} expert {}: bad features [{}, {}) of {}",
+                  layer, i, part.begin, end, inter);
+    for (const TensorView* v : {&e.gate, &e.up, &e.down}) {
+      if (v->dtype != first->gate.dtype)
+        fail("layer {} expert {}: dtype {} differs from the layer's {}", layer, i, dtype_name(v->dtype),
+             dtype_name(first->gate.dtype));
+      (part.host ? out.host_bytes : out.device_bytes) += round16(v->nbytes() / size_t(inter) * size_t(end - part.begin));
+    }
+  }
+  char* dev_buf = static_cast<char*>(mem.device(out.device_bytes, "experts"));
+  char* host_buf = nullptr;
+  if (out.host_bytes > 0)
+    host_buf = static_cast<char*>(mem.host_mapped(out.host_bytes, fmt::format("the cold experts of layer {}", layer)));
+  std::vector<const void*> ptrs(3 * parts.size(), nullptr);
+  std::vector<uint8_t> staging;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const ExpertPart& part = parts[i];
+    if (!part.w) continue;
+    ExpertWeights e = *part.w;
+    const int64_t end = end_of(part);
+    if (part.begin > 0 || end < e.gate.rows()) {  // a share of the features: gather it contiguous first
+      staging.resize(sliced_bytes(*part.w, part.begin, end) + 64);
+      uint8_t* p = staging.data() + (64 - reinterpret_cast<uintptr_t>(staging.data()) % 64) % 64;
+      e = slice_expert(*part.w, part.begin, end, p);
+    }
+    const TensorView* views[3] = {&e.gate, &e.up, &e.down};
+    for (size_t j = 0; j < 3; ++j) {
+      const TensorView& v = *views[j];
+      if (part.host) {
+        std::memcpy(host_buf, v.data, v.nbytes());
+        void* dp = nullptr;
+        TANDEM_CUDA_CHECK(cudaHostGetDevicePointer(&dp, host_buf, 0));
+        ptrs[j * parts.size() + i] = dp;
+        host_buf += round16(v.nbytes());
+      } else {
+        TANDEM_CUDA_CHECK(cudaMemcpy(dev_buf, v.data, v.nbytes(), cudaMemcpyHostToDevice));
+        ptrs[j * parts.size() + i] = dev_buf;
+        dev_buf += round16(v.nbytes());
+      }
+    }
+  }
+  auto* table = static_cast<const void**>(mem.device(ptrs.size() * sizeof(void*), "expert table"));
+  TANDEM_CUDA_CHECK(cudaMemcpy(table, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  out.gate = table;
+  out.up = table + parts.size();
+  out.down = table + 2 * parts.size();
+  return out;
+}
+
+float* DeviceWeights::alloc_f32(size_t n) { return static_cast<float*>(mem_.device(n * 4, "scratch")); }
 
 DMat DeviceWeights::upload(std::initializer_list<const TensorView*> parts, const char* what) {
   DMat m;
@@ -97,7 +169,7 @@ DMat DeviceWeights::upload(std::initializer_list<const TensorView*> parts, const
     m.rows += int(p->rows());
     bytes += p->nbytes();
   }
-  char* d = static_cast<char*>(dev_alloc(bytes, what));
+  char* d = static_cast<char*>(mem_.device(bytes, what));
   m.p = d;
   for (const TensorView* p : parts) {
     TANDEM_CUDA_CHECK(cudaMemcpy(d, p->data, p->nbytes(), cudaMemcpyHostToDevice));
@@ -125,70 +197,28 @@ ExpertTable DeviceWeights::upload_experts(const std::vector<const ExpertWeights*
   const bool split = placement_ == ColdPlacement::kSplit;
   if (split && !(split_begin_ > 0 && split_begin_ < t.inter))
     fail("layer {}: split column {} is outside the experts' {} features", layer, split_begin_, t.inter);
-  size_t hot = 0, cold_b = 0;
-  for (size_t i = 0; i < experts.size(); ++i) {
-    const ExpertWeights& e = *experts[i];
-    TANDEM_ASSERT(e.present(), "layer {} expert {} is not loaded", layer, i);
-    for (const TensorView* v : {&e.gate, &e.up, &e.down})
-      if (v->dtype != e0.gate.dtype)
-        fail("layer {} expert {}: dtype {} differs from the layer's {}", layer, i, dtype_name(v->dtype),
-             dtype_name(e0.gate.dtype));
-    for (const TensorView* v : {&e.gate, &e.up, &e.down})
-      (cold[i] ? cold_b : hot) += round16(split && cold[i] ? v->nbytes() / size_t(t.inter) * size_t(split_begin_)
-                                                            : v->nbytes());
-  }
-  if (placement_ == ColdPlacement::kNone) cold_b = 0;
-  char* hot_buf = static_cast<char*>(dev_alloc(hot, "experts"));
-  char* cold_buf = nullptr;
-  if (cold_b > 0) {
-    void* p = nullptr;
-    cudaError_t err = cudaHostAlloc(&p, cold_b, cudaHostAllocMapped);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      fail("pinned host memory for the cold experts of layer {} ({} bytes): {}", layer, cold_b,
-           cudaGetErrorString(err));
-    }
-    host_.push_back(p);
-    cold_buf = static_cast<char*>(p);
-  }
-  std::vector<const void*> ptrs(3 * experts.size());
+  std::vector<ExpertPart> parts(experts.size());
   std::vector<int32_t> inter_of(experts.size());
-  std::vector<uint8_t> staging;
   for (size_t i = 0; i < experts.size(); ++i) {
-    const ExpertWeights& full = *experts[i];
-    inter_of[i] = int32_t(full.gate.rows());
-    ExpertWeights e = full;
-    if (split && cold[i]) {  // the GPU's share: features [0, split_begin)
-      staging.resize(sliced_bytes(full, 0, split_begin_) + 64);
-      uint8_t* p = staging.data() + (64 - reinterpret_cast<uintptr_t>(staging.data()) % 64) % 64;
-      e = slice_expert(full, 0, split_begin_, p);
-      inter_of[i] = int32_t(split_begin_);
-    }
-    const TensorView* parts[3] = {&e.gate, &e.up, &e.down};
-    for (int j = 0; j < 3; ++j) {
-      const TensorView& v = *parts[j];
-      if (cold[i] && placement_ == ColdPlacement::kNone) {
-        ptrs[size_t(j) * experts.size() + i] = nullptr;
-      } else if (cold[i]) {
-        std::memcpy(cold_buf, v.data, v.nbytes());
-        void* dp = nullptr;
-        TANDEM_CUDA_CHECK(cudaHostGetDevicePointer(&dp, cold_buf, 0));
-        ptrs[size_t(j) * experts.size() + i] = dp;
-        cold_buf += round16(v.nbytes());
-      } else {
-        TANDEM_CUDA_CHECK(cudaMemcpy(hot_buf, v.data, v.nbytes(), cudaMemcpyHostToDevice));
-        ptrs[size_t(j) * experts.size() + i] = hot_buf;
-        hot_buf += round16(v.nbytes());
-      }
+    parts[i].w = experts[i];
+    inter_of[i] = int32_t(experts[i]->gate.rows());
+    if (!cold[i]) continue;
+    switch (placement_) {
+      case ColdPlacement::kHost: parts[i].host = true; break;
+      case ColdPlacement::kNone: parts[i].w = nullptr; break;  // the peer computes it
+      case ColdPlacement::kSplit:  // the GPU's share: features [0, split_begin)
+        parts[i].host = true;
+        parts[i].end = split_begin_;
+        inter_of[i] = int32_t(split_begin_);
+        break;
     }
   }
-  auto* table = static_cast<const void**>(dev_alloc(ptrs.size() * sizeof(void*), "expert table"));
-  TANDEM_CUDA_CHECK(cudaMemcpy(table, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
-  t.gate = table;
-  t.up = table + experts.size();
-  t.down = table + 2 * experts.size();
+  const PackedExperts packed = pack_experts(mem_, parts, layer);
+  t.gate = packed.gate;
+  t.up = packed.up;
+  t.down = packed.down;
   if (split) {
-    auto* d_inter = static_cast<int32_t*>(dev_alloc(inter_of.size() * sizeof(int32_t), "expert sizes"));
+    auto* d_inter = static_cast<int32_t*>(mem_.device(inter_of.size() * sizeof(int32_t), "expert sizes"));
     TANDEM_CUDA_CHECK(cudaMemcpy(d_inter, inter_of.data(), inter_of.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     t.inter_of = d_inter;
   }
@@ -196,8 +226,8 @@ ExpertTable DeviceWeights::upload_experts(const std::vector<const ExpertWeights*
   if (L.has_shared)
     for (const TensorView* v : {&experts.back()->gate, &experts.back()->up, &experts.back()->down})
       shared_bytes += round16(v->nbytes());
-  L.hot_bytes = hot - shared_bytes;
-  L.cold_bytes = cold_b;
+  L.hot_bytes = packed.device_bytes - shared_bytes;
+  L.cold_bytes = packed.host_bytes;
   return t;
 }
 

@@ -4,6 +4,8 @@
 // lane go to mapped pinned host memory instead of HBM. Owns every allocation it makes.
 #pragma once
 
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "backends/cuda/cuda_common.cuh"
@@ -37,6 +39,45 @@ struct DLayer {
   size_t hot_bytes = 0, cold_bytes = 0;  // routed expert bytes in HBM / cold (pinned host memory or the peer)
 };
 
+// Owner of device allocations and mapped pinned host allocations, freed on destruction (with the
+// device current at that time set by the caller). A failed allocation is an InputError naming `what`
+// and, for HBM, the free memory.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  ~DeviceMemory();
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  void* device(size_t bytes, std::string_view what);       // at least 16 bytes, cudaMalloc-aligned
+  void* host_mapped(size_t bytes, std::string_view what);  // pinned, mapped into the device's address space
+
+ private:
+  std::vector<void*> dev_;
+  std::vector<void*> host_;
+};
+
+// One expert of a packed table: intermediate features [begin, end) of *w (end 0: up to its last), in
+// HBM or in mapped pinned host memory. w null: nothing placed (a null table entry).
+struct ExpertPart {
+  const ExpertWeights* w = nullptr;
+  bool host = false;
+  int64_t begin = 0, end = 0;
+};
+
+// A packed layer: device-readable pointer tables [n] and the bytes placed on each side.
+struct PackedExperts {
+  const void* const* gate = nullptr;  // [n] -> [features, H]
+  const void* const* up = nullptr;    // [n] -> [features, H]
+  const void* const* down = nullptr;  // [n] -> [H, features]
+  size_t device_bytes = 0, host_bytes = 0;
+};
+
+// Packs parts (indexed by expert id) into one HBM buffer and one mapped pinned host buffer owned by
+// `mem`, each slice 16-byte aligned (the kernels' vector loads), and uploads the pointer tables.
+// Every placed part must be loaded and share one dtype (InputError naming the layer otherwise).
+PackedExperts pack_experts(DeviceMemory& mem, std::span<const ExpertPart> parts, int64_t layer);
+
 // Where the cold experts go: all of each in mapped pinned host memory (the host lane), nowhere (the
 // peer lane: their table entries are null), or their first `split_begin` intermediate features in
 // mapped pinned host memory and the rest nowhere (the split lane: the peer computes the rest).
@@ -47,7 +88,6 @@ class DeviceWeights {
   // cold: per layer, the cold experts (validated by the caller), placed as `placement` says.
   DeviceWeights(const Model& model, const std::vector<std::vector<int32_t>>& cold,
                 ColdPlacement placement = ColdPlacement::kHost, int64_t split_begin = 0);
-  ~DeviceWeights();
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;
 
@@ -59,7 +99,6 @@ class DeviceWeights {
   float* alloc_f32(size_t n);
 
  private:
-  void* dev_alloc(size_t bytes, const char* what);
   DMat upload(std::initializer_list<const TensorView*> parts, const char* what);
   const float* upload_f32(const TensorView& v);
   ExpertTable upload_experts(const std::vector<const ExpertWeights*>& experts, const std::vector<bool>& cold,
@@ -67,8 +106,7 @@ class DeviceWeights {
 
   ColdPlacement placement_ = ColdPlacement::kHost;
   int64_t split_begin_ = 0;
-  std::vector<void*> dev_;
-  std::vector<void*> host_;
+  DeviceMemory mem_;
 };
 
 }  // namespace tandem::cuda

@@ -297,11 +297,12 @@ void launch_route(const RouteArgs& a, cudaStream_t stream) {
 void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
                   cudaStream_t stream) {
   TANDEM_CUDA_REQUIRE(n_experts <= kMaxGroupExperts, "too many experts to group");
+  TANDEM_CUDA_REQUIRE(n_slots <= kMaxGroupSlots, "too many slots to group");
   const size_t smem = size_t(n_slots) * sizeof(int);
-  TANDEM_CUDA_REQUIRE(smem <= 160 * 1024, "too many slots to group");
   // The kernel's static shared memory (~40 KB) plus the slots' may pass 48 KB: always allow 160 KB more.
   static const bool allowed = [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           kMaxGroupSlots * int(sizeof(int))));
     return true;
   }();
   (void)allowed;

@@ -39,6 +39,7 @@ struct MoeWork {
   int32_t* cold_slots = nullptr;  // [n_slots] slots routed to cold experts
 };
 constexpr int kMaxGroupExperts = 4096;
+constexpr int kMaxGroupSlots = 40 * 1024;  // a slot's position takes 4 of the kernel's 160 KB of shared memory
 // ids: [n_slots] expert id per slot, each in [0, n_experts). cold_mask: [n_experts] or null (none cold).
 void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
                   cudaStream_t stream);

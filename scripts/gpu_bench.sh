@@ -10,7 +10,7 @@
 # split lane's link share, default 0.4), USERS, KINDS, TOKENS, SWEEP ("0.3 0.5": extra host,split,host
 # runs at those splits, 1 and 32 users, prose), DECODE (1: bench_gpu_decode, local lane), PDL (passed
 # to bench_gpu_decode --pdl: 0, 1 or both),
-# SKIP_TESTS, SKIP_BENCH, SKIP_CPU (the CPU-side benchmarks).
+# TEST_TIMEOUT (s, default 150), SKIP_TESTS, SKIP_BENCH, SKIP_CPU (the CPU-side benchmarks).
 set -uo pipefail
 carry=$1
 final=${OUT:-$PWD/gpu-out}
@@ -30,7 +30,7 @@ log() { echo "[$(date +%T)] $*" | tee -a "$out/steps.log"; }
 log "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
 log "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) x $(nproc)"
 if [ -z "${SKIP_TESTS:-}" ]; then
-  "$carry/bin/tandem_backend_tests" --gtest_brief=1 > "$out/backend_tests.log" 2>&1
+  timeout "${TEST_TIMEOUT:-150}" "$carry/bin/tandem_backend_tests" --gtest_brief=1 > "$out/backend_tests.log" 2>&1
   log "backend tests: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$out/backend_tests.log" | tr '\n' ' ')"
 fi
 

@@ -2,6 +2,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe.cuh"
 
 namespace tandem::cuda {
@@ -32,6 +33,8 @@ __device__ void warp_argmax(const float* v, int n, float& best, int& best_id) {
 }
 
 __global__ void route_kernel(RouteArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ float sm[];
   __shared__ float group_score[kRouteWarps][32];
   __shared__ uint32_t group_sel[kRouteWarps];
@@ -130,6 +133,8 @@ constexpr int kGroupItems = kMaxGroupExperts / kGroupThreads;
 
 __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids, int n_slots, int n_experts,
                                                               const uint8_t* cold_mask, MoeWork w) {
+  pdl_wait();
+  pdl_launch_dependents();
   using Scan = cub::BlockScan<int, kGroupThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int count[kMaxGroupExperts];
@@ -199,6 +204,8 @@ __device__ __forceinline__ bool expert_slice(const MoeWork& w, const ExpertRun& 
 template <class T>
 __global__ void __launch_bounds__(kExpertWarps * kWarp)
     expert_gate_up_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
+  pdl_wait();
+  pdl_launch_dependents();
   ExpertSlice s;
   if (!expert_slice(w, r, s)) return;
   const int inter = t.inter_of ? t.inter_of[s.e] : s.e < t.n_routed ? t.inter : t.shared_inter;
@@ -230,6 +237,8 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
 template <class T>
 __global__ void __launch_bounds__(kExpertWarps * kWarp)
     expert_down_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
+  pdl_wait();
+  pdl_launch_dependents();
   ExpertSlice s;
   if (!expert_slice(w, r, s)) return;
   const int inter = t.inter_of ? t.inter_of[s.e] : s.e < t.n_routed ? t.inter : t.shared_inter;
@@ -262,6 +271,8 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
 }
 
 __global__ void moe_combine_kernel(const float* slot_out, int kS, int H, float* moe_out, float* x) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int r = blockIdx.x;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < H; i += gridDim.y * blockDim.x) {
     float v = 0.0f;
@@ -290,8 +301,7 @@ void launch_route(const RouteArgs& a, cudaStream_t stream) {
   const size_t smem = size_t(kRouteWarps) * 2 * a.n_expert * sizeof(float);
   if (smem > 48 * 1024)
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  route_kernel<<<(a.n + kRouteWarps - 1) / kRouteWarps, kRouteWarps * kWarp, smem, stream>>>(a);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(route_kernel, (a.n + kRouteWarps - 1) / kRouteWarps, kRouteWarps * kWarp, smem, stream, a);
 }
 
 void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
@@ -305,8 +315,7 @@ void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t*
     return true;
   }();
   (void)allowed;
-  group_kernel<<<1, kGroupThreads, smem, stream>>>(ids, n_slots, n_experts, cold_mask, w);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(group_kernel, 1, kGroupThreads, smem, stream, ids, n_slots, n_experts, cold_mask, w);
 }
 
 void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
@@ -314,13 +323,16 @@ void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertR
   const dim3 grid = expert_grid(r, std::max(t.inter, t.shared_inter));
   const bool vec = expert_vec(t, r);
   switch (t.wt) {
-    case WType::kF32: expert_gate_up_kernel<float><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
-    case WType::kBF16:
-      expert_gate_up_kernel<__nv_bfloat16><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec);
+    case WType::kF32:
+      launch_kernel(expert_gate_up_kernel<float>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
       break;
-    case WType::kF16: expert_gate_up_kernel<__half><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
+    case WType::kBF16:
+      launch_kernel(expert_gate_up_kernel<__nv_bfloat16>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
+    case WType::kF16:
+      launch_kernel(expert_gate_up_kernel<__half>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
   }
-  TANDEM_CUDA_LAUNCH_CHECK();
 }
 
 void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
@@ -328,20 +340,22 @@ void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun&
   const dim3 grid = expert_grid(r, t.hidden);
   const bool vec = expert_vec(t, r);
   switch (t.wt) {
-    case WType::kF32: expert_down_kernel<float><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
-    case WType::kBF16:
-      expert_down_kernel<__nv_bfloat16><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec);
+    case WType::kF32:
+      launch_kernel(expert_down_kernel<float>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
       break;
-    case WType::kF16: expert_down_kernel<__half><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
+    case WType::kBF16:
+      launch_kernel(expert_down_kernel<__nv_bfloat16>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
+    case WType::kF16:
+      launch_kernel(expert_down_kernel<__half>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
   }
-  TANDEM_CUDA_LAUNCH_CHECK();
 }
 
 void launch_moe_combine(const float* slot_out, int n, int kS, int H, float* moe_out, float* x,
                         cudaStream_t stream) {
   if (n == 0) return;
-  moe_combine_kernel<<<dim3(n, (H + 255) / 256), 256, 0, stream>>>(slot_out, kS, H, moe_out, x);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(moe_combine_kernel, dim3(n, (H + 255) / 256), 256, 0, stream, slot_out, kS, H, moe_out, x);
 }
 
 }  // namespace tandem::cuda

@@ -203,9 +203,10 @@ TEST(GroupOp, EverySlotListedOnceUnderItsExpert) {
 }
 
 // Routed experts through gate_up / down / combine against run_experts_cpu, with the odd experts'
-// weights in mapped pinned host memory (read over the link by the same kernels).
-void check_experts(DType dt, bool host_lane) {
-  const int E = 8, H = 64, I = 48, n = 5, k = 3;
+// weights in mapped pinned host memory (read over the link by the same kernels). H: hidden size (a
+// width that is no multiple of expert_down's features per block leaves part of the last tile idle).
+void check_experts(DType dt, bool host_lane, int H = 64) {
+  const int E = 8, I = 48, n = 5, k = 3;
   std::vector<std::vector<float>> wf(size_t(3 * E));
   std::vector<std::vector<uint8_t>> wb(size_t(3 * E));
   std::vector<ExpertWeights> experts(E);
@@ -272,6 +273,8 @@ TEST(ExpertOp, Bf16InHbm) { check_experts(DType::kBF16, false); }
 TEST(ExpertOp, F32InHbm) { check_experts(DType::kF32, false); }
 TEST(ExpertOp, Bf16HalfInPinnedHostMemory) { check_experts(DType::kBF16, true); }
 TEST(ExpertOp, F16HalfInPinnedHostMemory) { check_experts(DType::kF16, true); }
+TEST(ExpertOp, Bf16HiddenNotAMultipleOfTheTile) { check_experts(DType::kBF16, false, 72); }  // vector loads
+TEST(ExpertOp, F32HiddenNotAMultipleOfFour) { check_experts(DType::kF32, false, 70); }       // scalar loop
 
 }  // namespace
 }  // namespace tandem

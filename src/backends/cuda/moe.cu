@@ -185,6 +185,11 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids
 
 constexpr int kExpertWarps = 8;
 constexpr int kExpertRows = 8;
+// Output features per warp in expert_down over routed experts: their weight rows are short (inter,
+// 1 KB at 512 bf16), so one warp streams several, sharing the activation loads. Dense MLPs (rows of
+// several KB, one expert) keep one per warp so that their grid still covers the SMs. Each feature's
+// sum runs in the same order either way (1 restores the old layout).
+constexpr int kDownFeatures = 4;
 
 struct ExpertSlice {
   int e, off, cnt;
@@ -234,7 +239,7 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
   }
 }
 
-template <class T>
+template <class T, int NF>
 __global__ void __launch_bounds__(kExpertWarps * kWarp)
     expert_down_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
   pdl_wait();
@@ -243,27 +248,35 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
   if (!expert_slice(w, r, s)) return;
   const int inter = t.inter_of ? t.inter_of[s.e] : s.e < t.n_routed ? t.inter : t.shared_inter;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int m = blockIdx.y * kExpertWarps + warp;
-  if (m >= t.hidden) return;
-  const T* wr[1] = {static_cast<const T*>(t.down[s.e]) + int64_t(m) * inter};
+  const int m0 = (blockIdx.y * kExpertWarps + warp) * NF;
+  if (m0 >= t.hidden) return;
+  const int nm = min(NF, t.hidden - m0);
+  // A past-the-end feature re-reads the last row (never written), so the loads stay in bounds.
+  const T* wr[NF];
+#pragma unroll
+  for (int f = 0; f < NF; ++f)
+    wr[f] = static_cast<const T*>(t.down[s.e]) + int64_t(m0 + min(f, nm - 1)) * inter;
   for (int c0 = 0; c0 < s.cnt; c0 += kExpertRows) {
     const int nr = min(kExpertRows, s.cnt - c0);
     const float* x[kExpertRows];
 #pragma unroll
     for (int i = 0; i < kExpertRows; ++i) x[i] = r.h + int64_t(s.off + c0 + min(i, nr - 1)) * r.h_stride;
-    float acc[1][kExpertRows] = {};
-    warp_dot_rows<T, 1, kExpertRows>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc);
+    float acc[NF][kExpertRows] = {};
+    warp_dot_rows<T, NF, kExpertRows>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc);
 #pragma unroll
     for (int i = 0; i < kExpertRows; ++i) {
       if (i >= nr) break;
-      const float v = warp_sum(acc[0][i]);
-      if (lane == 0) {
-        const int c = s.off + c0 + i;
-        if (r.dense) {
-          r.out[int64_t(c) * t.hidden + m] += v;
-        } else {
-          const int slot = w.slot_list[c];
-          r.out[int64_t(slot) * t.hidden + m] = r.slot_weight[slot] * v;
+      const int c = s.off + c0 + i;
+      const int slot = r.dense ? 0 : w.slot_list[c];
+#pragma unroll
+      for (int f = 0; f < NF; ++f) {
+        const float v = warp_sum(acc[f][i]);
+        if (lane == 0 && f < nm) {
+          const int m = m0 + f;
+          if (r.dense)
+            r.out[int64_t(c) * t.hidden + m] += v;
+          else
+            r.out[int64_t(slot) * t.hidden + m] = r.slot_weight[slot] * v;
         }
       }
     }
@@ -289,8 +302,27 @@ bool expert_vec(const ExpertTable& t, const ExpertRun& r) {
   return t.hidden % V == 0 && r.h_stride % 4 == 0;
 }
 
-dim3 expert_grid(const ExpertRun& r, int features) {
-  return dim3(r.dense ? 1 : r.max_active, (features + kExpertWarps - 1) / kExpertWarps);
+// features: output features of the kernel, per_warp of them to a warp.
+dim3 expert_grid(const ExpertRun& r, int features, int per_warp) {
+  const int per_block = kExpertWarps * per_warp;
+  return dim3(r.dense ? 1 : r.max_active, (features + per_block - 1) / per_block);
+}
+
+template <int NF>
+void launch_expert_down_nf(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
+  const dim3 grid = expert_grid(r, t.hidden, NF);
+  const bool vec = expert_vec(t, r);
+  switch (t.wt) {
+    case WType::kF32:
+      launch_kernel(expert_down_kernel<float, NF>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
+    case WType::kBF16:
+      launch_kernel(expert_down_kernel<__nv_bfloat16, NF>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
+    case WType::kF16:
+      launch_kernel(expert_down_kernel<__half, NF>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
+  }
 }
 
 }  // namespace
@@ -320,7 +352,7 @@ void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t*
 
 void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
   if (r.n == 0) return;
-  const dim3 grid = expert_grid(r, std::max(t.inter, t.shared_inter));
+  const dim3 grid = expert_grid(r, std::max(t.inter, t.shared_inter), 1);
   const bool vec = expert_vec(t, r);
   switch (t.wt) {
     case WType::kF32:
@@ -337,19 +369,10 @@ void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertR
 
 void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
   if (r.n == 0) return;
-  const dim3 grid = expert_grid(r, t.hidden);
-  const bool vec = expert_vec(t, r);
-  switch (t.wt) {
-    case WType::kF32:
-      launch_kernel(expert_down_kernel<float>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
-      break;
-    case WType::kBF16:
-      launch_kernel(expert_down_kernel<__nv_bfloat16>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
-      break;
-    case WType::kF16:
-      launch_kernel(expert_down_kernel<__half>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
-      break;
-  }
+  if (r.dense)
+    launch_expert_down_nf<1>(t, w, r, stream);
+  else
+    launch_expert_down_nf<kDownFeatures>(t, w, r, stream);
 }
 
 void launch_moe_combine(const float* slot_out, int n, int kS, int H, float* moe_out, float* x,

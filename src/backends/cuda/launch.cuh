@@ -1,7 +1,8 @@
 // Kernel launches with programmatic dependent launch (PDL, sm_90): a kernel launched with
 // launch_kernel() while PDL is on may be scheduled before its predecessor in the stream has finished,
 // so its launch latency hides behind the predecessor's tail. In exchange every such kernel must call
-// pdl_wait() first, before it reads or writes anything (and before any early return): the wait
+// pdl_wait() before it writes anything, reads anything a kernel of the step writes (only weights,
+// constant during a step, may be touched before: linear's L2 prefetch), or returns early: the wait
 // returns once the predecessor grid has completed and its memory is visible. Because every kernel
 // waits unconditionally, completion is transitive: a kernel that finished implies all earlier ones did.
 // Works eagerly and inside stream capture (graphs get programmatic edges, CUDA 12.3+). Off, the launch

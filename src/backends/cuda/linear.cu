@@ -10,15 +10,28 @@ namespace {
 constexpr int kLinearWarps = 8;
 constexpr int kRows = 8;
 
+// Asks L2 for the K weights at row (one 128-byte line per lane and step), warp-wide.
+template <class T>
+__device__ __forceinline__ void prefetch_row_l2(const T* row, int K) {
+  const char* p = reinterpret_cast<const char*>(row);
+  const int64_t bytes = int64_t(K) * int64_t(sizeof(T));
+  for (int64_t off = int64_t(threadIdx.x % kWarp) * 128; off < bytes; off += kWarp * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+}
+
 template <class T>
 __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs a, bool vec) {
-  pdl_wait();
-  pdl_launch_dependents();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int m = blockIdx.x * kLinearWarps + warp;
-  if (m >= a.M) return;
   const int b = blockIdx.y;
   const T* w[1] = {static_cast<const T*>(a.w) + b * a.w_bstride + int64_t(m) * a.w_ld};
+  // The one exception to "wait first" (launch.cuh): weights are never written during a step, so the
+  // warp starts pulling its row into L2 while the predecessor still runs (only a hint; the kernel's
+  // parameters are all it reads for that).
+  if (m < a.M) prefetch_row_l2(w[0], a.K);
+  pdl_wait();
+  pdl_launch_dependents();
+  if (m >= a.M) return;
   const float* xb = a.x + b * a.x_bstride;
   float* yb = a.y + b * a.y_bstride;
   for (int r0 = 0; r0 < a.n; r0 += kRows) {

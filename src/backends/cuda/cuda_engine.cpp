@@ -496,8 +496,10 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking) {
   ra.norm_topk = c_.norm_topk_prob, ra.routed_scaling = c_.routed_scaling_factor;
   ra.n_group = int(c_.n_group), ra.topk_group = int(c_.topk_group), ra.bias = L.router_bias;
   ra.shared_slot = L.has_shared, ra.ids = ids_, ra.weights = wts_;
-  launch_route(ra, stream_);
   const int kS = ra.k + (L.has_shared ? 1 : 0);
+  const int n_tot = E_ + (L.has_shared ? 1 : 0);
+  const uint8_t* mask = peer_ ? peer_->mask(l) : nullptr;
+  launch_route_group(ra, n_tot, split_ ? nullptr : mask, work_, stream_);
   if (hooked && hooks.on_routing) {
     std::vector<int32_t> ids(size_t(n) * kS);
     std::vector<float> wts(size_t(n) * kS);
@@ -514,9 +516,6 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking) {
       }
     hooks.on_routing(l, routing);
   }
-  const int n_tot = E_ + (L.has_shared ? 1 : 0);
-  const uint8_t* mask = peer_ ? peer_->mask(l) : nullptr;
-  launch_group(ids_, n * kS, n_tot, split_ ? nullptr : mask, work_, stream_);
   // Peer lane: the first chunk of rows goes to the peer before the hot experts run, so the CPU
   // computes the cold experts while the GPU computes the hot ones; later chunks (steps with more rows
   // than a request holds) follow one after the other.

@@ -32,18 +32,13 @@ __device__ void warp_argmax(const float* v, int n, float& best, int& best_id) {
   }
 }
 
-__global__ void route_kernel(RouteArgs a) {
-  pdl_wait();
-  pdl_launch_dependents();
-  extern __shared__ float sm[];
-  __shared__ float group_score[kRouteWarps][32];
-  __shared__ uint32_t group_sel[kRouteWarps];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int r = blockIdx.x * kRouteWarps + warp;
-  if (r >= a.n) return;
+// Routes row r with the calling warp. scratch: [2 · n_expert] floats of the warp's shared memory;
+// group_score: [32] and group_sel: [1] of its shared memory.
+__device__ void route_row(const RouteArgs& a, int r, float* scratch, float* group_score, uint32_t* group_sel) {
+  const int lane = threadIdx.x % kWarp;
   const int E = a.n_expert, kS = a.k + (a.shared_slot ? 1 : 0);
-  float* score = sm + warp * 2 * E;  // probabilities / sigmoid scores
-  float* pick = score + E;           // the values selection runs on (picked ones become -inf)
+  float* score = scratch;  // probabilities / sigmoid scores
+  float* pick = score + E;  // the values selection runs on (picked ones become -inf)
   const float* l = a.logits + int64_t(r) * E;
   int32_t* ids = a.ids + int64_t(r) * kS;
   float* wts = a.weights + int64_t(r) * kS;
@@ -77,7 +72,7 @@ __global__ void route_kernel(RouteArgs a) {
       float s = 0.0f;
       s += b1;
       if (per_group > 1) s += b2;
-      group_score[warp][lane] = s;
+      group_score[lane] = s;
     }
     __syncwarp();
     if (lane == 0) {
@@ -85,13 +80,13 @@ __global__ void route_kernel(RouteArgs a) {
       for (int j = 0; j < a.topk_group; ++j) {
         int bi = -1;
         for (int g = 0; g < a.n_group; ++g)
-          if (!(sel >> g & 1u) && (bi < 0 || group_score[warp][g] > group_score[warp][bi])) bi = g;
+          if (!(sel >> g & 1u) && (bi < 0 || group_score[g] > group_score[bi])) bi = g;
         sel |= 1u << bi;
       }
-      group_sel[warp] = sel;
+      *group_sel = sel;
     }
     __syncwarp();
-    const uint32_t sel = group_sel[warp];
+    const uint32_t sel = *group_sel;
     // Experts outside the chosen groups score 0.0 (not -inf), as the reference masks them.
     for (int e = lane; e < E; e += kWarp)
       if (!(sel >> (e / per_group) & 1u)) pick[e] = 0.0f;
@@ -128,19 +123,30 @@ __global__ void route_kernel(RouteArgs a) {
   }
 }
 
+__global__ void route_kernel(RouteArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
+  extern __shared__ float sm[];  // [kRouteWarps][2 · n_expert]
+  __shared__ float group_score[kRouteWarps][32];
+  __shared__ uint32_t group_sel[kRouteWarps];
+  const int warp = threadIdx.x / kWarp;
+  const int r = blockIdx.x * kRouteWarps + warp;
+  if (r >= a.n) return;
+  route_row(a, r, sm + warp * 2 * a.n_expert, group_score[warp], &group_sel[warp]);
+}
+
 constexpr int kGroupThreads = 1024;
 constexpr int kGroupItems = kMaxGroupExperts / kGroupThreads;
 
-__global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids, int n_slots, int n_experts,
-                                                              const uint8_t* cold_mask, MoeWork w) {
-  pdl_wait();
-  pdl_launch_dependents();
+// Groups the slots with the whole block (kGroupThreads threads). local_pos: [n_slots] ints of shared
+// memory.
+__device__ void group_block(const int32_t* ids, int n_slots, int n_experts, const uint8_t* cold_mask,
+                            const MoeWork& w, int* local_pos) {
   using Scan = cub::BlockScan<int, kGroupThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int count[kMaxGroupExperts];
   __shared__ int offset[kMaxGroupExperts];
   __shared__ int n_cold;
-  extern __shared__ int local_pos[];  // [n_slots]
   const int t = threadIdx.x;
   for (int e = t; e < n_experts; e += kGroupThreads) count[e] = 0;
   if (t == 0) n_cold = 0;
@@ -181,6 +187,34 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids
   __syncthreads();
   for (int s = t; s < n_slots; s += kGroupThreads)
     if (local_pos[s] >= 0) w.slot_list[offset[ids[s]] + local_pos[s]] = s;
+}
+
+__global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids, int n_slots, int n_experts,
+                                                              const uint8_t* cold_mask, MoeWork w) {
+  pdl_wait();
+  pdl_launch_dependents();
+  extern __shared__ int local_pos[];  // [n_slots]
+  group_block(ids, n_slots, n_experts, cold_mask, w, local_pos);
+}
+
+// route_kernel then group_kernel in one block, for steps of at most kFuseRows rows: warp r routes row
+// r exactly as route_kernel does, then the whole block groups the slots exactly as group_kernel does
+// (its shared scratch reused for local_pos). Saves a launch per MoE layer.
+constexpr int kFuseRows = kGroupThreads / kWarp;
+constexpr size_t kFuseSmem = 160 * 1024;
+
+__global__ void __launch_bounds__(kGroupThreads)
+    route_group_kernel(RouteArgs a, int n_experts, const uint8_t* cold_mask, MoeWork w) {
+  pdl_wait();
+  pdl_launch_dependents();
+  extern __shared__ float sm[];  // [n][2 · n_expert] route scratch, then [n · kS] ints local_pos
+  __shared__ float group_score[kFuseRows][32];
+  __shared__ uint32_t group_sel[kFuseRows];
+  const int warp = threadIdx.x / kWarp;
+  if (warp < a.n) route_row(a, warp, sm + warp * 2 * a.n_expert, group_score[warp], &group_sel[warp]);
+  // The ids are in global memory, visible to the whole block after the barrier; sm is free again.
+  __syncthreads();
+  group_block(a.ids, a.n * (a.k + (a.shared_slot ? 1 : 0)), n_experts, cold_mask, w, reinterpret_cast<int*>(sm));
 }
 
 constexpr int kExpertWarps = 8;
@@ -348,6 +382,27 @@ void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t*
   }();
   (void)allowed;
   launch_kernel(group_kernel, 1, kGroupThreads, smem, stream, ids, n_slots, n_experts, cold_mask, w);
+}
+
+void launch_route_group(const RouteArgs& a, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
+                        cudaStream_t stream) {
+  const int kS = a.k + (a.shared_slot ? 1 : 0);
+  const size_t smem = std::max(size_t(a.n) * 2 * size_t(a.n_expert) * sizeof(float), size_t(a.n) * kS * sizeof(int));
+  if (a.n == 0 || a.n > kFuseRows || smem > kFuseSmem) {
+    launch_route(a, stream);
+    launch_group(a.ids, a.n * kS, n_experts, cold_mask, w, stream);
+    return;
+  }
+  TANDEM_CUDA_REQUIRE(a.n_group >= 1 && a.n_group <= 32 && a.n_expert % a.n_group == 0, "bad group count");
+  TANDEM_CUDA_REQUIRE(n_experts <= kMaxGroupExperts, "too many experts to group");
+  // Static shared memory ~41 KB plus up to kFuseSmem: within the 227 KB of an sm_90 block.
+  static const bool allowed = [] {
+    TANDEM_CUDA_CHECK(
+        cudaFuncSetAttribute(route_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kFuseSmem)));
+    return true;
+  }();
+  (void)allowed;
+  launch_kernel(route_group_kernel, 1, kGroupThreads, smem, stream, a, n_experts, cold_mask, w);
 }
 
 void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {

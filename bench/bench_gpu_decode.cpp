@@ -6,9 +6,12 @@
 // `tandem peer` (--peer NAME) serving --rowmap R; --write-rowmap R writes the stand-in placement (the
 // --cold-fraction highest ids of every MoE layer) for it and exits. With --rowmap every split lane uses
 // its cold lists. Peer rows add handoffs per step, wait p50/p99 (histogram upper bounds), overruns and
-// the cold share of routed slots. Prints a table; --json writes it.
+// the cold share of routed slots. --pdl 0|1|both: programmatic dependent launch off, on (default), or
+// bracketed off, on, off on the same engine for every batch size (graphs recaptured at each switch; the
+// on row's "vs off" is the mean of the two off runs over it). Prints a table; --json writes it.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -32,7 +35,7 @@ namespace {
 constexpr double kHbm = 4.4e12, kPcie = 51e9;  // measured on the H200 box (BRIEF)
 
 struct Args {
-  std::string model, lanes = "local,host", batches = "1,8,16,32", json, peer, rowmap, write_rowmap;
+  std::string model, lanes = "local,host", batches = "1,8,16,32", json, peer, rowmap, write_rowmap, pdl = "1";
   uint64_t spin_limit_us = 2000;
   double cold_fraction = 89.0 / 384.0;
   int steps = 64, prompt = 16, ctx = 1024;
@@ -98,6 +101,11 @@ int run(const Args& a) {
   const size_t expert_bytes = c.n_expert > 0 ? 3 * size_t(c.moe_intermediate_size) * c.hidden_size *
                                                    dtype_size(model->layers.back().experts[0].gate.dtype)
                                              : 0;
+  std::vector<bool> pdl_modes;
+  if (a.pdl == "0") pdl_modes = {false};
+  else if (a.pdl == "1") pdl_modes = {true};
+  else if (a.pdl == "both") pdl_modes = {false, true, false};
+  else fail("--pdl: expected 0, 1 or both, got '{}'", a.pdl);
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::string> table;
   for (const std::string& lane : split(a.lanes)) {
@@ -156,42 +164,66 @@ int run(const Args& a) {
       };
       step(0);
       engine->hooks = {};
-      for (int s = 1; s <= 3; ++s) step(s);  // eager, capture, replay
-      const auto p0 = cuda_peer_stats(*engine);
-      const double t1 = now();
-      for (int s = 0; s < a.steps; ++s) step(4 + s);
-      const double ms = (now() - t1) / a.steps * 1e3;
-      const auto p1 = cuda_peer_stats(*engine);
-      std::string peer_cols;
-      nlohmann::json peer_json;
-      if (p0 && p1) {
-        const uint64_t h = p1->client.handoffs - p0->client.handoffs;
-        const double share = p1->routed_slots > p0->routed_slots
-                                 ? double(p1->cold_slots - p0->cold_slots) / double(p1->routed_slots - p0->routed_slots)
-                                 : 0.0;
-        const uint64_t p50 = hist_quantile(p0->client, p1->client, 0.5), p99 = hist_quantile(p0->client, p1->client, 0.99);
-        const double mean_us = h ? double(p1->client.wait_ns_total - p0->client.wait_ns_total) / double(h) / 1e3 : 0.0;
-        peer_cols = fmt::format("  handoffs/step {:.1f} wait mean {:.1f} us p50 <{} us p99 <{} us overruns {} cold {:.1f}%",
-                                double(h) / a.steps, mean_us, p50, p99, p1->client.overruns - p0->client.overruns,
-                                100 * share);
-        peer_json = {{"handoffs", h}, {"wait_mean_us", mean_us}, {"wait_p50_us_below", p50}, {"wait_p99_us_below", p99},
-                     {"overruns", p1->client.overruns - p0->client.overruns}, {"cold_share", share}};
-      }
-      for (int s : seqs) engine->remove_sequence(s);
       const double bytes = double(fixed + hot_b + cold_b);
       const double hbm_ms = double(fixed + hot_b + cold_b) / kHbm * 1e3;
       const double link_ms = double(cold_b) / kPcie * 1e3;
       const double bound = std::max(double(fixed + hot_b) / kHbm * 1e3, link_ms);
-      rows.push_back({{"lane", lane}, {"batch", B}, {"ms_per_step", ms}, {"tokens_per_s", B / ms * 1e3},
-                      {"bytes_per_step", bytes}, {"cold_bytes_per_step", cold_b}, {"hbm_bound_ms", hbm_ms},
-                      {"link_bound_ms", link_ms}, {"bound_ms", bound}, {"peer", peer_json}});
-      table.push_back(fmt::format("{:<6} {:>3} {:>9.3f} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}", lane, B, ms,
-                                  B / ms * 1e3, bytes / 1e9, double(cold_b) / 1e9, hbm_ms, bound, ms / bound) + peer_cols);
-      fmt::print(stderr, "{}\n", table.back());
+      int s_next = 1;
+      std::vector<double> off_ms;
+      struct OnRun {
+        size_t row;  // in table and rows
+        double ms;
+      };
+      std::vector<OnRun> on_runs;
+      for (const bool want_pdl : pdl_modes) {
+        const bool pdl = cuda_set_pdl(*engine, want_pdl);
+        for (int i = 0; i < 3; ++i) step(s_next++);  // eager, capture, replay
+        const auto p0 = cuda_peer_stats(*engine);
+        const double t1 = now();
+        for (int s = 0; s < a.steps; ++s) step(s_next++);
+        const double ms = (now() - t1) / a.steps * 1e3;
+        const auto p1 = cuda_peer_stats(*engine);
+        std::string peer_cols;
+        nlohmann::json peer_json;
+        if (p0 && p1) {
+          const uint64_t h = p1->client.handoffs - p0->client.handoffs;
+          const double share = p1->routed_slots > p0->routed_slots
+                                   ? double(p1->cold_slots - p0->cold_slots) / double(p1->routed_slots - p0->routed_slots)
+                                   : 0.0;
+          const uint64_t p50 = hist_quantile(p0->client, p1->client, 0.5), p99 = hist_quantile(p0->client, p1->client, 0.99);
+          const double mean_us = h ? double(p1->client.wait_ns_total - p0->client.wait_ns_total) / double(h) / 1e3 : 0.0;
+          peer_cols = fmt::format("  handoffs/step {:.1f} wait mean {:.1f} us p50 <{} us p99 <{} us overruns {} cold {:.1f}%",
+                                  double(h) / a.steps, mean_us, p50, p99, p1->client.overruns - p0->client.overruns,
+                                  100 * share);
+          peer_json = {{"handoffs", h}, {"wait_mean_us", mean_us}, {"wait_p50_us_below", p50}, {"wait_p99_us_below", p99},
+                       {"overruns", p1->client.overruns - p0->client.overruns}, {"cold_share", share}};
+        }
+        rows.push_back({{"lane", lane}, {"batch", B}, {"pdl", pdl}, {"ms_per_step", ms}, {"tokens_per_s", B / ms * 1e3},
+                        {"bytes_per_step", bytes}, {"cold_bytes_per_step", cold_b}, {"hbm_bound_ms", hbm_ms},
+                        {"link_bound_ms", link_ms}, {"bound_ms", bound}, {"peer", peer_json}});
+        table.push_back(fmt::format("{:<6} {:>3} {:>3} {:>9.3f} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}", lane,
+                                    B, pdl ? "on" : "off", ms, B / ms * 1e3, bytes / 1e9, double(cold_b) / 1e9, hbm_ms,
+                                    bound, ms / bound) +
+                        peer_cols);
+        fmt::print(stderr, "{}\n", table.back());
+        if (pdl) on_runs.push_back({table.size() - 1, ms});
+        else off_ms.push_back(ms);
+      }
+      // Bracketed runs: the on run against the mean of the off runs around it, with their spread.
+      if (!off_ms.empty()) {
+        const auto [lo, hi] = std::minmax_element(off_ms.begin(), off_ms.end());
+        double off_mean = 0;
+        for (double m : off_ms) off_mean += m / double(off_ms.size());
+        for (const auto& on : on_runs) {
+          table[on.row] += fmt::format("  vs off {:.3f}x (off {:.3f}..{:.3f} ms)", off_mean / on.ms, *lo, *hi);
+          rows[on.row]["speedup_vs_pdl_off"] = off_mean / on.ms;
+        }
+      }
+      for (int s : seqs) engine->remove_sequence(s);
     }
   }
-  fmt::print("{:<6} {:>3} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9} {:>6}\n", "lane", "B", "ms/step", "tok/s", "GB/step",
-             "cold GB", "HBM ms", "bound ms", "x bnd");
+  fmt::print("{:<6} {:>3} {:>3} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9} {:>6}\n", "lane", "B", "pdl", "ms/step", "tok/s",
+             "GB/step", "cold GB", "HBM ms", "bound ms", "x bnd");
   for (const auto& t : table) fmt::print("{}\n", t);
   if (!a.json.empty()) std::ofstream(a.json) << rows.dump(2) << "\n";
   return 0;
@@ -216,6 +248,7 @@ int main(int argc, char** argv) {
     else if (k == "--rowmap") a.rowmap = v;
     else if (k == "--write-rowmap") a.write_rowmap = v;
     else if (k == "--peer-spin-limit") a.spin_limit_us = std::stoull(v);
+    else if (k == "--pdl") a.pdl = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -224,7 +257,7 @@ int main(int argc, char** argv) {
   if (a.model.empty()) {
     std::fprintf(stderr, "usage: bench_gpu_decode --model DIR [--lanes local,host] [--batches 1,8,16,32] "
                          "[--steps N] [--prompt N] [--ctx N] [--cold-fraction F] [--json FILE] [--peer NAME --rowmap R] "
-                         "[--peer-spin-limit US] [--write-rowmap R]\n");
+                         "[--peer-spin-limit US] [--write-rowmap R] [--pdl 0|1|both]\n");
     return 2;
   }
   try {

@@ -5,7 +5,8 @@
 #   basic  nvidia-smi, the backend tests (ops vs the CPU reference, engine vs the oracle fixtures)
 #   bench  synthesise flash-mini (timed) into $MODEL_DIR and run bench_gpu_decode on the lanes in
 #          $LANES (default local,host,peer; for peer it writes the cold-tail rowmap, starts
-#          `tandem peer --threads $PEER_THREADS --spin-us 1e9` on it and stops it afterwards)
+#          `tandem peer --threads $PEER_THREADS --spin-us 1e9` on it and stops it afterwards); $PDL
+#          (default both: off, on, off per batch size) is bench_gpu_decode's --pdl
 #   profile  per-kernel GPU times of decode steps (ncu, clocks left alone) for the local lane, 1 sequence
 #   all    basic and bench
 # Usage: scripts/gpu_run.sh [basic|bench|all] [CARRY_DIR]
@@ -49,7 +50,8 @@ if [[ $step == bench || $step == all ]]; then
     peer_args=(--peer gpubench --rowmap "$rowmap" --peer-spin-limit "${SPIN_LIMIT:-2000}")
   fi
   "$carry/bin/bench_gpu_decode" --model "$model_dir" --lanes "$lanes" --batches "${BATCHES:-1,8,16,32}" \
-    --steps "${STEPS:-64}" --json "$out/bench_gpu_decode.json" "${peer_args[@]}" 2>> "$out/bench.log" \
+    --steps "${STEPS:-64}" --pdl "${PDL:-both}" --json "$out/bench_gpu_decode.json" "${peer_args[@]}" \
+    2>> "$out/bench.log" \
     | tee "$out/bench_table.txt"
   summary+=("bench exit ${PIPESTATUS[0]}")
   if [[ -n $peer_pid ]]; then

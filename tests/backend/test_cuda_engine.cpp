@@ -1,7 +1,7 @@
 // The whole CUDA engine against the oracle fixtures (1e-4, as the CPU engine: weights stay in their
 // checkpoint dtype and compute is f32), against the CPU engine on batched generation (graphs on,
-// sequences of different lengths), graphs vs eager and host lane vs local lane (bitwise equal: same
-// kernels), hooks, and bad options.
+// sequences of different lengths), graphs vs eager, host lane vs local lane and PDL on vs off
+// (bitwise equal: same kernels), hooks, and bad options.
 #ifdef TANDEM_HAVE_CUDA
 #include <gtest/gtest.h>
 
@@ -71,6 +71,23 @@ TEST_P(CudaOracle, GraphsHostLaneAndEagerAgreeBitwise) {
   auto a = run_generate(*local, 256);
   EXPECT_EQ(run_generate(*eager, 256), a);
   EXPECT_EQ(run_generate(*host, 256), a);
+}
+
+// PDL only changes when a kernel is scheduled, never what it computes: with graphs on (captured and
+// replayed steps) and eagerly, the logits are the same bits with it on and off.
+TEST_P(CudaOracle, PdlOnAndOffAgreeBitwise) {
+  auto model = Model::load(test::oracle_dir(GetParam()));
+  CudaOptions on_opt, off_opt, eager_on_opt;
+  on_opt.pdl = true;
+  off_opt.pdl = false;
+  eager_on_opt.graphs = false;
+  auto on = make_cuda_engine(*model, {}, on_opt);
+  auto off = make_cuda_engine(*model, {}, off_opt);
+  auto eager_on = make_cuda_engine(*model, {}, eager_on_opt);
+  auto a = run_generate(*off, 2);
+  EXPECT_EQ(run_generate(*on, 2), a);
+  EXPECT_EQ(run_generate(*on, 2), a);  // graphs replayed
+  EXPECT_EQ(run_generate(*eager_on, 2), a);
 }
 
 TEST_P(CudaOracle, RoutingHookSeesEveryMoeLayer) {

@@ -202,10 +202,78 @@ TEST(GroupOp, EverySlotListedOnceUnderItsExpert) {
   EXPECT_EQ(int(seen.size()), n_slots);
 }
 
+// The fused route + group (decode steps of at most 32 rows) against route then group: the same ids
+// and weights bit for bit, the same active-expert lists, and per expert the same set of slots (the
+// order within one expert is free in both). n > 32 takes the two-launch path.
+void check_route_group(const ModelConfig& c, const std::vector<float>& bias, int n, uint32_t seed) {
+  const int E = int(c.n_expert), kS = int(c.n_expert_used) + 1, n_tot = E + 1, n_slots = n * kS;
+  auto logits = test::random_floats(size_t(n) * E, seed, 2.0f);
+  std::vector<uint8_t> cold(size_t(n_tot), 0);
+  for (int e = 1; e < E; e += 3) cold[size_t(e)] = 1;
+  DevBuf<float> dl(logits);
+  DevBuf<uint8_t> dcold(cold);
+  std::unique_ptr<DevBuf<float>> db;
+  if (!bias.empty()) db = std::make_unique<DevBuf<float>>(bias);
+  struct Out {
+    DevBuf<int32_t> ids, n_active, act_e, act_o, act_c, slots, n_cold, cold_slots;
+    DevBuf<float> wts;
+    Out(int n_slots, int n_tot)
+        : ids(size_t(n_slots)), n_active(1), act_e(size_t(n_tot)), act_o(size_t(n_tot)), act_c(size_t(n_tot)),
+          slots(size_t(n_slots)), n_cold(1), cold_slots(size_t(n_slots)), wts(size_t(n_slots)) {
+      ids.poison(), act_e.poison(), act_o.poison(), act_c.poison(), slots.poison(), cold_slots.poison(), wts.poison();
+    }
+    cuda::MoeWork work() { return {n_active.p, act_e.p, act_o.p, act_c.p, slots.p, n_cold.p, cold_slots.p}; }
+  };
+  Out ref(n_slots, n_tot), got(n_slots, n_tot);
+  cuda::RouteArgs a;
+  a.logits = dl.p, a.n = n, a.n_expert = E, a.k = int(c.n_expert_used);
+  a.kind = c.router == RouterKind::kSoftmaxTopK ? cuda::RouteKind::kSoftmaxTopK : cuda::RouteKind::kSigmoidGroupTopK;
+  a.norm_topk = c.norm_topk_prob, a.routed_scaling = c.routed_scaling_factor;
+  a.n_group = int(c.n_group), a.topk_group = int(c.topk_group), a.bias = db ? db->p : nullptr;
+  a.shared_slot = true;
+  a.ids = ref.ids.p, a.weights = ref.wts.p;
+  cuda::launch_route(a, nullptr);
+  cuda::launch_group(ref.ids.p, n_slots, n_tot, dcold.p, ref.work(), nullptr);
+  a.ids = got.ids.p, a.weights = got.wts.p;
+  cuda::launch_route_group(a, n_tot, dcold.p, got.work(), nullptr);
+  const auto ids = ref.ids.download();
+  ASSERT_EQ(got.ids.download(), ids);
+  const auto rw = ref.wts.download(), gw = got.wts.download();
+  ASSERT_EQ(std::memcmp(rw.data(), gw.data(), rw.size() * 4), 0);
+  const int na = ref.n_active.download()[0], nc = ref.n_cold.download()[0];
+  ASSERT_EQ(got.n_active.download()[0], na);
+  ASSERT_EQ(got.n_cold.download()[0], nc);
+  auto head = [](const std::vector<int32_t>& v, int k) { return std::vector<int32_t>(v.begin(), v.begin() + k); };
+  EXPECT_EQ(head(got.act_e.download(), na), head(ref.act_e.download(), na));
+  EXPECT_EQ(head(got.act_o.download(), na), head(ref.act_o.download(), na));
+  const auto counts = head(ref.act_c.download(), na), offs = head(ref.act_o.download(), na);
+  EXPECT_EQ(head(got.act_c.download(), na), counts);
+  auto rs = ref.slots.download(), gs = got.slots.download();
+  for (int i = 0; i < na; ++i) {
+    std::sort(rs.begin() + offs[size_t(i)], rs.begin() + offs[size_t(i)] + counts[size_t(i)]);
+    std::sort(gs.begin() + offs[size_t(i)], gs.begin() + offs[size_t(i)] + counts[size_t(i)]);
+  }
+  const int hot = na ? offs[size_t(na - 1)] + counts[size_t(na - 1)] : 0;
+  EXPECT_EQ(head(gs, hot), head(rs, hot));
+  auto rc = head(ref.cold_slots.download(), nc), gc = head(got.cold_slots.download(), nc);
+  std::sort(rc.begin(), rc.end());
+  std::sort(gc.begin(), gc.end());
+  EXPECT_EQ(gc, rc);
+}
+
+TEST(RouteGroupOp, FusedMatchesRouteThenGroup) {
+  auto bias = test::random_floats(384, 11, 0.3f);
+  const auto sig = router_config(RouterKind::kSigmoidGroupTopK, 384, 6, true, 8, 4);
+  for (int n : {1, 5, 32, 33}) check_route_group(sig, bias, n, uint32_t(20 + n));
+  const auto soft = router_config(RouterKind::kSoftmaxTopK, 64, 4, true, 1, 1);
+  for (int n : {1, 32}) check_route_group(soft, {}, n, uint32_t(40 + n));
+}
+
 // Routed experts through gate_up / down / combine against run_experts_cpu, with the odd experts'
-// weights in mapped pinned host memory (read over the link by the same kernels).
-void check_experts(DType dt, bool host_lane) {
-  const int E = 8, H = 64, I = 48, n = 5, k = 3;
+// weights in mapped pinned host memory (read over the link by the same kernels). H: hidden size (a
+// width that is no multiple of expert_down's features per block leaves part of the last tile idle).
+void check_experts(DType dt, bool host_lane, int H = 64) {
+  const int E = 8, I = 48, n = 5, k = 3;
   std::vector<std::vector<float>> wf(size_t(3 * E));
   std::vector<std::vector<uint8_t>> wb(size_t(3 * E));
   std::vector<ExpertWeights> experts(E);
@@ -272,6 +340,8 @@ TEST(ExpertOp, Bf16InHbm) { check_experts(DType::kBF16, false); }
 TEST(ExpertOp, F32InHbm) { check_experts(DType::kF32, false); }
 TEST(ExpertOp, Bf16HalfInPinnedHostMemory) { check_experts(DType::kBF16, true); }
 TEST(ExpertOp, F16HalfInPinnedHostMemory) { check_experts(DType::kF16, true); }
+TEST(ExpertOp, Bf16HiddenNotAMultipleOfTheTile) { check_experts(DType::kBF16, false, 72); }  // vector loads
+TEST(ExpertOp, F32HiddenNotAMultipleOfFour) { check_experts(DType::kF32, false, 70); }       // scalar loop
 
 }  // namespace
 }  // namespace tandem

@@ -2,6 +2,7 @@
 // follows the CPU: max, exp, sum, multiply by 1/sum, then the weighted sum of values.
 #include "backends/cuda/attention.cuh"
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/launch.cuh"
 
 namespace tandem::cuda {
 
@@ -50,6 +51,8 @@ __device__ void block_rms_norm(const float* x, int d, const float* w, float eps,
 }
 
 __global__ void gqa_prep_kernel(GqaPrepArgs a, RowInfo rows, RopeTables rope) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ double red[32];
   extern __shared__ float tmp[];
   const int r = blockIdx.x;
@@ -79,6 +82,8 @@ __global__ void gqa_prep_kernel(GqaPrepArgs a, RowInfo rows, RopeTables rope) {
 }
 
 __global__ void attention_gqa_kernel(GqaPrepArgs a, RowInfo rows, float scale, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float red[32];
   extern __shared__ float p[];
   const int r = blockIdx.x, head = blockIdx.y;
@@ -105,6 +110,8 @@ __global__ void attention_gqa_kernel(GqaPrepArgs a, RowInfo rows, float scale, f
 }
 
 __global__ void mla_prep_kernel(MlaArgs a, RowInfo rows, RopeTables rope) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ double red[32];
   extern __shared__ float tmp[];
   const int r = blockIdx.x;
@@ -121,6 +128,8 @@ __global__ void mla_prep_kernel(MlaArgs a, RowInfo rows, RopeTables rope) {
 template <class T>
 __global__ void mla_q_kernel(MlaArgs a, const float* q, int64_t q_stride, const T* kv_b, RowInfo rows,
                              RopeTables rope, float* q_lat, float* q_rope) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ float sm[];  // [nope + rope] q of this head, then [rope] scratch
   const int r = blockIdx.x, head = blockIdx.y;
   const int qk = a.nope + a.rope;
@@ -144,6 +153,8 @@ __global__ void mla_q_kernel(MlaArgs a, const float* q, int64_t q_stride, const 
 
 __global__ void attention_mla_kernel(MlaArgs a, RowInfo rows, const float* q_lat, const float* q_rope,
                                      float scale, float* o_lat) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float red[32];
   extern __shared__ float sm[];  // [kv_lora] q_lat | [rope] q_rope | [T] scores
   const int r = blockIdx.x, head = blockIdx.y;
@@ -189,8 +200,7 @@ int max_attention_ctx(int kv_lora) { return kMaxSmem / 4 - kv_lora - 512; }
 
 void launch_gqa_prep(const GqaPrepArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream) {
   if (rows.n == 0) return;
-  gqa_prep_kernel<<<rows.n, kAttnThreads, size_t(rope.dim) * 4, stream>>>(a, rows, rope);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(gqa_prep_kernel, rows.n, kAttnThreads, size_t(rope.dim) * 4, stream, a, rows, rope);
 }
 
 void launch_attention_gqa(const GqaPrepArgs& a, const RowInfo& rows, float scale, float* out,
@@ -198,14 +208,12 @@ void launch_attention_gqa(const GqaPrepArgs& a, const RowInfo& rows, float scale
   if (rows.n == 0) return;
   const size_t smem = size_t(rows.ctx) * 4;
   allow_smem(attention_gqa_kernel, smem);
-  attention_gqa_kernel<<<dim3(rows.n, a.n_head), kAttnThreads, smem, stream>>>(a, rows, scale, out);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(attention_gqa_kernel, dim3(rows.n, a.n_head), kAttnThreads, smem, stream, a, rows, scale, out);
 }
 
 void launch_mla_prep(const MlaArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream) {
   if (rows.n == 0) return;
-  mla_prep_kernel<<<rows.n, 256, size_t(rope.dim) * 4, stream>>>(a, rows, rope);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(mla_prep_kernel, rows.n, 256, size_t(rope.dim) * 4, stream, a, rows, rope);
 }
 
 void launch_mla_q(const MlaArgs& a, const float* q, int64_t q_stride, const void* kv_b, WType wt,
@@ -215,19 +223,18 @@ void launch_mla_q(const MlaArgs& a, const float* q, int64_t q_stride, const void
   dim3 grid(rows.n, a.n_head, (a.kv_lora + 127) / 128);  // one latent column per thread
   switch (wt) {
     case WType::kF32:
-      mla_q_kernel<<<grid, 128, smem, stream>>>(a, q, q_stride, static_cast<const float*>(kv_b), rows, rope,
-                                                q_lat, q_rope);
+      launch_kernel(mla_q_kernel<float>, grid, 128, smem, stream, a, q, q_stride, static_cast<const float*>(kv_b),
+                    rows, rope, q_lat, q_rope);
       break;
     case WType::kBF16:
-      mla_q_kernel<<<grid, 128, smem, stream>>>(a, q, q_stride, static_cast<const __nv_bfloat16*>(kv_b), rows,
-                                                rope, q_lat, q_rope);
+      launch_kernel(mla_q_kernel<__nv_bfloat16>, grid, 128, smem, stream, a, q, q_stride,
+                    static_cast<const __nv_bfloat16*>(kv_b), rows, rope, q_lat, q_rope);
       break;
     case WType::kF16:
-      mla_q_kernel<<<grid, 128, smem, stream>>>(a, q, q_stride, static_cast<const __half*>(kv_b), rows, rope,
-                                                q_lat, q_rope);
+      launch_kernel(mla_q_kernel<__half>, grid, 128, smem, stream, a, q, q_stride, static_cast<const __half*>(kv_b),
+                    rows, rope, q_lat, q_rope);
       break;
   }
-  TANDEM_CUDA_LAUNCH_CHECK();
 }
 
 void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_lat, const float* q_rope,
@@ -235,9 +242,8 @@ void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_
   if (rows.n == 0) return;
   const size_t smem = size_t(a.kv_lora + a.rope + rows.ctx) * 4;
   allow_smem(attention_mla_kernel, smem);
-  attention_mla_kernel<<<dim3(rows.n, a.n_head), kAttnThreads, smem, stream>>>(a, rows, q_lat, q_rope, scale,
-                                                                               o_lat);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(attention_mla_kernel, dim3(rows.n, a.n_head), kAttnThreads, smem, stream, a, rows, q_lat, q_rope,
+                scale, o_lat);
 }
 
 }  // namespace tandem::cuda

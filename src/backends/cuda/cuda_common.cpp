@@ -1,9 +1,19 @@
-// Failure reporting and dtype mapping for the CUDA backend (see cuda_common.cuh).
+// Failure reporting, dtype mapping and the per-thread PDL switch of the CUDA backend
+// (see cuda_common.cuh and launch.cuh).
 #include "backends/cuda/cuda_common.cuh"
 
+#include "backends/cuda/launch.cuh"
 #include "core/error.h"
 
 namespace tandem::cuda {
+
+namespace {
+thread_local bool t_pdl = false;
+}  // namespace
+
+bool pdl_enabled() { return t_pdl; }
+PdlScope::PdlScope(bool on) : prev_(t_pdl) { t_pdl = on; }
+PdlScope::~PdlScope() { t_pdl = prev_; }
 
 void cuda_check_failed(const char* expr, cudaError_t err, const char* file, int line) {
   detail::assert_fail(file, line, expr, fmt::format("CUDA error {}: {}", int(err), cudaGetErrorString(err)));

@@ -5,6 +5,8 @@
 // Shapes: n = rows of the step, R = rows the scratch buffers hold, H = hidden, E = routed experts,
 // kS = slots per row (top-k, plus one for the shared expert when the model has one).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -12,6 +14,7 @@
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/cuda_weights.h"
 #include "backends/cuda/gpu_peer.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/moe.cuh"
 #include "backends/cuda/norm.cuh"
@@ -36,9 +39,11 @@ class CudaEngine final : public Engine {
   int64_t seq_len(int seq) const override { return len_[size_t(seq)]; }
   const std::vector<float>& forward(std::span<const Item> items, bool all_logits) override;
   std::optional<CudaPeerStats> peer_stats() const;
+  bool set_pdl(bool on);
 
  private:
   void ensure_rows(int n);
+  void drop_graphs();
   void enqueue_step(int n, int nw, bool hooked, bool checking);
   void attention_gqa(int64_t l, const RowInfo& rows);
   void attention_mla(int64_t l, const RowInfo& rows);
@@ -52,6 +57,8 @@ class CudaEngine final : public Engine {
   EngineOptions options_;
   CudaOptions cuda_;
   bool split_ = false;  // split lane: the GPU computes its share of the cold slots too; the peer's rows add in
+  bool pdl_ok_ = false;  // neither TANDEM_PDL=0 nor a device before sm_90
+  bool pdl_ = false;     // pdl_ok_ && cuda_.pdl (or set_pdl's choice)
   int ctx_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceWeights> w_;
@@ -93,6 +100,11 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
   if (cuda_.device < 0 || cuda_.device >= n_dev)
     fail("cuda:{}: no such device ({} CUDA device(s) found)", cuda_.device, n_dev);
   TANDEM_CUDA_CHECK(cudaSetDevice(cuda_.device));
+  int cc_major = 0;
+  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, cuda_.device));
+  const char* pdl_env = std::getenv("TANDEM_PDL");
+  pdl_ok_ = cc_major >= 9 && !(pdl_env && std::strcmp(pdl_env, "0") == 0);
+  pdl_ = pdl_ok_ && cuda_.pdl;
   if (options_.max_seqs < 1) fail("max_seqs must be at least 1");
   ctx_ = int(options_.max_ctx > 0 ? options_.max_ctx
                                   : std::min<int64_t>(c_.max_position_embeddings > 0 ? c_.max_position_embeddings : 4096,
@@ -227,12 +239,23 @@ T* CudaEngine::scratch(size_t count) {
   return static_cast<T*>(p);
 }
 
-void CudaEngine::ensure_rows(int n) {
-  if (n <= R_) return;
+void CudaEngine::drop_graphs() {
+  TANDEM_CUDA_CHECK(cudaSetDevice(cuda_.device));
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (auto& [k, g] : graphs_) TANDEM_CUDA_CHECK(cudaGraphExecDestroy(g));
   graphs_.clear();
   seen_.clear();
+}
+
+bool CudaEngine::set_pdl(bool on) {
+  drop_graphs();  // captured with the old setting
+  pdl_ = pdl_ok_ && on;
+  return pdl_;
+}
+
+void CudaEngine::ensure_rows(int n) {
+  if (n <= R_) return;
+  drop_graphs();
   for (void* p : scratch_) TANDEM_CUDA_CHECK(cudaFree(p));
   scratch_.clear();
   if (h_meta_) TANDEM_CUDA_CHECK(cudaFreeHost(h_meta_));
@@ -315,6 +338,7 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
   if (n == 0) return logits_;
   TANDEM_CUDA_CHECK(cudaSetDevice(cuda_.device));
   ensure_rows(int(n));
+  const PdlScope pdl(pdl_);  // every launch of this step, eager or captured
   // Metadata: tokens | seq | pos | logit rows, each R_ wide.
   int32_t* tok = h_meta_;
   int32_t* seq = h_meta_ + R_;
@@ -472,8 +496,10 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking) {
   ra.norm_topk = c_.norm_topk_prob, ra.routed_scaling = c_.routed_scaling_factor;
   ra.n_group = int(c_.n_group), ra.topk_group = int(c_.topk_group), ra.bias = L.router_bias;
   ra.shared_slot = L.has_shared, ra.ids = ids_, ra.weights = wts_;
-  launch_route(ra, stream_);
   const int kS = ra.k + (L.has_shared ? 1 : 0);
+  const int n_tot = E_ + (L.has_shared ? 1 : 0);
+  const uint8_t* mask = peer_ ? peer_->mask(l) : nullptr;
+  launch_route_group(ra, n_tot, split_ ? nullptr : mask, work_, stream_);
   if (hooked && hooks.on_routing) {
     std::vector<int32_t> ids(size_t(n) * kS);
     std::vector<float> wts(size_t(n) * kS);
@@ -490,9 +516,6 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking) {
       }
     hooks.on_routing(l, routing);
   }
-  const int n_tot = E_ + (L.has_shared ? 1 : 0);
-  const uint8_t* mask = peer_ ? peer_->mask(l) : nullptr;
-  launch_group(ids_, n * kS, n_tot, split_ ? nullptr : mask, work_, stream_);
   // Peer lane: the first chunk of rows goes to the peer before the hot experts run, so the CPU
   // computes the cold experts while the GPU computes the hot ones; later chunks (steps with more rows
   // than a request holds) follow one after the other.
@@ -550,6 +573,11 @@ std::optional<CudaPeerStats> CudaEngine::peer_stats() const {
 std::optional<CudaPeerStats> cuda_peer_stats(const Engine& engine) {
   const auto* e = dynamic_cast<const CudaEngine*>(&engine);
   return e ? e->peer_stats() : std::nullopt;
+}
+
+bool cuda_set_pdl(Engine& engine, bool on) {
+  auto* e = dynamic_cast<CudaEngine*>(&engine);
+  return e ? e->set_pdl(on) : false;
 }
 
 std::optional<int> parse_cuda_device(std::string_view device) {

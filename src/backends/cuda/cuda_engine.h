@@ -42,6 +42,10 @@ struct CudaOptions {
   int64_t peer_check = 0;
   double peer_attach_timeout_s = 30;
   bool graphs = true;  // replay decode steps (one token per sequence) as CUDA graphs
+  // Programmatic dependent launch for every kernel of a step (eager and in graphs): each kernel is
+  // scheduled while its predecessor finishes and waits for it on the device (docs/gpu.md). Same
+  // results bitwise; the environment variable TANDEM_PDL=0 turns it off, as do devices before sm_90.
+  bool pdl = true;
 };
 
 // "cuda" -> 0, "cuda:N" -> N; nullopt for anything else ("cpu", "cuda:x", ...).
@@ -59,6 +63,11 @@ struct CudaPeerStats {
   std::vector<LayerCheck> checks;  // [n_layer] check gate
 };
 std::optional<CudaPeerStats> cuda_peer_stats(const Engine& engine);
+
+// Turns programmatic dependent launch on or off for the engine's later steps (drops its captured
+// graphs), so a benchmark can compare both on one engine. Returns whether PDL is now on: never under
+// TANDEM_PDL=0, before sm_90, or for an engine that is not a CUDA engine.
+bool cuda_set_pdl(Engine& engine, bool on);
 
 // Builds the engine on device `cuda.device`: uploads the model (the Model must outlive the engine).
 // InputError for bad options (device index, cold lists, a context the GPU can't hold, weight dtypes,

@@ -1,5 +1,6 @@
 // Dense projection and embedding kernels (see linear.cuh).
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/linear.cuh"
 
 namespace tandem::cuda {
@@ -9,13 +10,28 @@ namespace {
 constexpr int kLinearWarps = 8;
 constexpr int kRows = 8;
 
+// Asks L2 for the K weights at row (one 128-byte line per lane and step), warp-wide.
+template <class T>
+__device__ __forceinline__ void prefetch_row_l2(const T* row, int K) {
+  const char* p = reinterpret_cast<const char*>(row);
+  const int64_t bytes = int64_t(K) * int64_t(sizeof(T));
+  for (int64_t off = int64_t(threadIdx.x % kWarp) * 128; off < bytes; off += kWarp * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+}
+
 template <class T>
 __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs a, bool vec) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int m = blockIdx.x * kLinearWarps + warp;
-  if (m >= a.M) return;
   const int b = blockIdx.y;
   const T* w[1] = {static_cast<const T*>(a.w) + b * a.w_bstride + int64_t(m) * a.w_ld};
+  // The one exception to "wait first" (launch.cuh): weights are never written during a step, so the
+  // warp starts pulling its row into L2 while the predecessor still runs (only a hint; the kernel's
+  // parameters are all it reads for that).
+  if (m < a.M) prefetch_row_l2(w[0], a.K);
+  pdl_wait();
+  pdl_launch_dependents();
+  if (m >= a.M) return;
   const float* xb = a.x + b * a.x_bstride;
   float* yb = a.y + b * a.y_bstride;
   for (int r0 = 0; r0 < a.n; r0 += kRows) {
@@ -42,6 +58,8 @@ __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs
 
 template <class T>
 __global__ void embedding_kernel(const T* embed, int H, const int32_t* tokens, float* x) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int r = blockIdx.x;
   const T* src = embed + int64_t(tokens[r]) * H;
   for (int i = threadIdx.x; i < H; i += blockDim.x) x[int64_t(r) * H + i] = to_f32(src[i]);
@@ -58,11 +76,12 @@ void launch_linear(const LinearArgs& a, cudaStream_t stream) {
                    a.x_bstride % 4 == 0 && aligned16(a.w) && aligned16(a.x);
   dim3 grid((a.M + kLinearWarps - 1) / kLinearWarps, a.batch);
   switch (a.wt) {
-    case WType::kF32: linear_kernel<float><<<grid, kLinearWarps * kWarp, 0, stream>>>(a, vec); break;
-    case WType::kBF16: linear_kernel<__nv_bfloat16><<<grid, kLinearWarps * kWarp, 0, stream>>>(a, vec); break;
-    case WType::kF16: linear_kernel<__half><<<grid, kLinearWarps * kWarp, 0, stream>>>(a, vec); break;
+    case WType::kF32: launch_kernel(linear_kernel<float>, grid, kLinearWarps * kWarp, 0, stream, a, vec); break;
+    case WType::kBF16:
+      launch_kernel(linear_kernel<__nv_bfloat16>, grid, kLinearWarps * kWarp, 0, stream, a, vec);
+      break;
+    case WType::kF16: launch_kernel(linear_kernel<__half>, grid, kLinearWarps * kWarp, 0, stream, a, vec); break;
   }
-  TANDEM_CUDA_LAUNCH_CHECK();
 }
 
 void launch_embedding(const void* embed, WType wt, int H, const int32_t* tokens, int n, float* x,
@@ -70,16 +89,16 @@ void launch_embedding(const void* embed, WType wt, int H, const int32_t* tokens,
   if (n == 0) return;
   switch (wt) {
     case WType::kF32:
-      embedding_kernel<<<n, 256, 0, stream>>>(static_cast<const float*>(embed), H, tokens, x);
+      launch_kernel(embedding_kernel<float>, n, 256, 0, stream, static_cast<const float*>(embed), H, tokens, x);
       break;
     case WType::kBF16:
-      embedding_kernel<<<n, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(embed), H, tokens, x);
+      launch_kernel(embedding_kernel<__nv_bfloat16>, n, 256, 0, stream,
+                    static_cast<const __nv_bfloat16*>(embed), H, tokens, x);
       break;
     case WType::kF16:
-      embedding_kernel<<<n, 256, 0, stream>>>(static_cast<const __half*>(embed), H, tokens, x);
+      launch_kernel(embedding_kernel<__half>, n, 256, 0, stream, static_cast<const __half*>(embed), H, tokens, x);
       break;
   }
-  TANDEM_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace tandem::cuda

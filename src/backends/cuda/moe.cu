@@ -2,6 +2,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe.cuh"
 
 namespace tandem::cuda {
@@ -31,16 +32,13 @@ __device__ void warp_argmax(const float* v, int n, float& best, int& best_id) {
   }
 }
 
-__global__ void route_kernel(RouteArgs a) {
-  extern __shared__ float sm[];
-  __shared__ float group_score[kRouteWarps][32];
-  __shared__ uint32_t group_sel[kRouteWarps];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int r = blockIdx.x * kRouteWarps + warp;
-  if (r >= a.n) return;
+// Routes row r with the calling warp. scratch: [2 · n_expert] floats of the warp's shared memory;
+// group_score: [32] and group_sel: [1] of its shared memory.
+__device__ void route_row(const RouteArgs& a, int r, float* scratch, float* group_score, uint32_t* group_sel) {
+  const int lane = threadIdx.x % kWarp;
   const int E = a.n_expert, kS = a.k + (a.shared_slot ? 1 : 0);
-  float* score = sm + warp * 2 * E;  // probabilities / sigmoid scores
-  float* pick = score + E;           // the values selection runs on (picked ones become -inf)
+  float* score = scratch;  // probabilities / sigmoid scores
+  float* pick = score + E;  // the values selection runs on (picked ones become -inf)
   const float* l = a.logits + int64_t(r) * E;
   int32_t* ids = a.ids + int64_t(r) * kS;
   float* wts = a.weights + int64_t(r) * kS;
@@ -74,7 +72,7 @@ __global__ void route_kernel(RouteArgs a) {
       float s = 0.0f;
       s += b1;
       if (per_group > 1) s += b2;
-      group_score[warp][lane] = s;
+      group_score[lane] = s;
     }
     __syncwarp();
     if (lane == 0) {
@@ -82,13 +80,13 @@ __global__ void route_kernel(RouteArgs a) {
       for (int j = 0; j < a.topk_group; ++j) {
         int bi = -1;
         for (int g = 0; g < a.n_group; ++g)
-          if (!(sel >> g & 1u) && (bi < 0 || group_score[warp][g] > group_score[warp][bi])) bi = g;
+          if (!(sel >> g & 1u) && (bi < 0 || group_score[g] > group_score[bi])) bi = g;
         sel |= 1u << bi;
       }
-      group_sel[warp] = sel;
+      *group_sel = sel;
     }
     __syncwarp();
-    const uint32_t sel = group_sel[warp];
+    const uint32_t sel = *group_sel;
     // Experts outside the chosen groups score 0.0 (not -inf), as the reference masks them.
     for (int e = lane; e < E; e += kWarp)
       if (!(sel >> (e / per_group) & 1u)) pick[e] = 0.0f;
@@ -125,17 +123,30 @@ __global__ void route_kernel(RouteArgs a) {
   }
 }
 
+__global__ void route_kernel(RouteArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
+  extern __shared__ float sm[];  // [kRouteWarps][2 · n_expert]
+  __shared__ float group_score[kRouteWarps][32];
+  __shared__ uint32_t group_sel[kRouteWarps];
+  const int warp = threadIdx.x / kWarp;
+  const int r = blockIdx.x * kRouteWarps + warp;
+  if (r >= a.n) return;
+  route_row(a, r, sm + warp * 2 * a.n_expert, group_score[warp], &group_sel[warp]);
+}
+
 constexpr int kGroupThreads = 1024;
 constexpr int kGroupItems = kMaxGroupExperts / kGroupThreads;
 
-__global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids, int n_slots, int n_experts,
-                                                              const uint8_t* cold_mask, MoeWork w) {
+// Groups the slots with the whole block (kGroupThreads threads). local_pos: [n_slots] ints of shared
+// memory.
+__device__ void group_block(const int32_t* ids, int n_slots, int n_experts, const uint8_t* cold_mask,
+                            const MoeWork& w, int* local_pos) {
   using Scan = cub::BlockScan<int, kGroupThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int count[kMaxGroupExperts];
   __shared__ int offset[kMaxGroupExperts];
   __shared__ int n_cold;
-  extern __shared__ int local_pos[];  // [n_slots]
   const int t = threadIdx.x;
   for (int e = t; e < n_experts; e += kGroupThreads) count[e] = 0;
   if (t == 0) n_cold = 0;
@@ -178,8 +189,41 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids
     if (local_pos[s] >= 0) w.slot_list[offset[ids[s]] + local_pos[s]] = s;
 }
 
+__global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids, int n_slots, int n_experts,
+                                                              const uint8_t* cold_mask, MoeWork w) {
+  pdl_wait();
+  pdl_launch_dependents();
+  extern __shared__ int local_pos[];  // [n_slots]
+  group_block(ids, n_slots, n_experts, cold_mask, w, local_pos);
+}
+
+// route_kernel then group_kernel in one block, for steps of at most kFuseRows rows: warp r routes row
+// r exactly as route_kernel does, then the whole block groups the slots exactly as group_kernel does
+// (its shared scratch reused for local_pos). Saves a launch per MoE layer.
+constexpr int kFuseRows = kGroupThreads / kWarp;
+constexpr size_t kFuseSmem = 160 * 1024;
+
+__global__ void __launch_bounds__(kGroupThreads)
+    route_group_kernel(RouteArgs a, int n_experts, const uint8_t* cold_mask, MoeWork w) {
+  pdl_wait();
+  pdl_launch_dependents();
+  extern __shared__ float sm[];  // [n][2 · n_expert] route scratch, then [n · kS] ints local_pos
+  __shared__ float group_score[kFuseRows][32];
+  __shared__ uint32_t group_sel[kFuseRows];
+  const int warp = threadIdx.x / kWarp;
+  if (warp < a.n) route_row(a, warp, sm + warp * 2 * a.n_expert, group_score[warp], &group_sel[warp]);
+  // The ids are in global memory, visible to the whole block after the barrier; sm is free again.
+  __syncthreads();
+  group_block(a.ids, a.n * (a.k + (a.shared_slot ? 1 : 0)), n_experts, cold_mask, w, reinterpret_cast<int*>(sm));
+}
+
 constexpr int kExpertWarps = 8;
 constexpr int kExpertRows = 8;
+// Output features per warp in expert_down over routed experts: their weight rows are short (inter,
+// 1 KB at 512 bf16), so one warp streams several, sharing the activation loads. Dense MLPs (rows of
+// several KB, one expert) keep one per warp so that their grid still covers the SMs. Each feature's
+// sum runs in the same order either way (1 restores the old layout).
+constexpr int kDownFeatures = 4;
 
 struct ExpertSlice {
   int e, off, cnt;
@@ -199,6 +243,8 @@ __device__ __forceinline__ bool expert_slice(const MoeWork& w, const ExpertRun& 
 template <class T>
 __global__ void __launch_bounds__(kExpertWarps * kWarp)
     expert_gate_up_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
+  pdl_wait();
+  pdl_launch_dependents();
   ExpertSlice s;
   if (!expert_slice(w, r, s)) return;
   const int inter = t.inter_of ? t.inter_of[s.e] : s.e < t.n_routed ? t.inter : t.shared_inter;
@@ -227,34 +273,44 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
   }
 }
 
-template <class T>
+template <class T, int NF>
 __global__ void __launch_bounds__(kExpertWarps * kWarp)
     expert_down_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
+  pdl_wait();
+  pdl_launch_dependents();
   ExpertSlice s;
   if (!expert_slice(w, r, s)) return;
   const int inter = t.inter_of ? t.inter_of[s.e] : s.e < t.n_routed ? t.inter : t.shared_inter;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int m = blockIdx.y * kExpertWarps + warp;
-  if (m >= t.hidden) return;
-  const T* wr[1] = {static_cast<const T*>(t.down[s.e]) + int64_t(m) * inter};
+  const int m0 = (blockIdx.y * kExpertWarps + warp) * NF;
+  if (m0 >= t.hidden) return;
+  const int nm = min(NF, t.hidden - m0);
+  // A past-the-end feature re-reads the last row (never written), so the loads stay in bounds.
+  const T* wr[NF];
+#pragma unroll
+  for (int f = 0; f < NF; ++f)
+    wr[f] = static_cast<const T*>(t.down[s.e]) + int64_t(m0 + min(f, nm - 1)) * inter;
   for (int c0 = 0; c0 < s.cnt; c0 += kExpertRows) {
     const int nr = min(kExpertRows, s.cnt - c0);
     const float* x[kExpertRows];
 #pragma unroll
     for (int i = 0; i < kExpertRows; ++i) x[i] = r.h + int64_t(s.off + c0 + min(i, nr - 1)) * r.h_stride;
-    float acc[1][kExpertRows] = {};
-    warp_dot_rows<T, 1, kExpertRows>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc);
+    float acc[NF][kExpertRows] = {};
+    warp_dot_rows<T, NF, kExpertRows>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc);
 #pragma unroll
     for (int i = 0; i < kExpertRows; ++i) {
       if (i >= nr) break;
-      const float v = warp_sum(acc[0][i]);
-      if (lane == 0) {
-        const int c = s.off + c0 + i;
-        if (r.dense) {
-          r.out[int64_t(c) * t.hidden + m] += v;
-        } else {
-          const int slot = w.slot_list[c];
-          r.out[int64_t(slot) * t.hidden + m] = r.slot_weight[slot] * v;
+      const int c = s.off + c0 + i;
+      const int slot = r.dense ? 0 : w.slot_list[c];
+#pragma unroll
+      for (int f = 0; f < NF; ++f) {
+        const float v = warp_sum(acc[f][i]);
+        if (lane == 0 && f < nm) {
+          const int m = m0 + f;
+          if (r.dense)
+            r.out[int64_t(c) * t.hidden + m] += v;
+          else
+            r.out[int64_t(slot) * t.hidden + m] = r.slot_weight[slot] * v;
         }
       }
     }
@@ -262,6 +318,8 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
 }
 
 __global__ void moe_combine_kernel(const float* slot_out, int kS, int H, float* moe_out, float* x) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int r = blockIdx.x;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < H; i += gridDim.y * blockDim.x) {
     float v = 0.0f;
@@ -278,8 +336,27 @@ bool expert_vec(const ExpertTable& t, const ExpertRun& r) {
   return t.hidden % V == 0 && r.h_stride % 4 == 0;
 }
 
-dim3 expert_grid(const ExpertRun& r, int features) {
-  return dim3(r.dense ? 1 : r.max_active, (features + kExpertWarps - 1) / kExpertWarps);
+// features: output features of the kernel, per_warp of them to a warp.
+dim3 expert_grid(const ExpertRun& r, int features, int per_warp) {
+  const int per_block = kExpertWarps * per_warp;
+  return dim3(r.dense ? 1 : r.max_active, (features + per_block - 1) / per_block);
+}
+
+template <int NF>
+void launch_expert_down_nf(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
+  const dim3 grid = expert_grid(r, t.hidden, NF);
+  const bool vec = expert_vec(t, r);
+  switch (t.wt) {
+    case WType::kF32:
+      launch_kernel(expert_down_kernel<float, NF>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
+    case WType::kBF16:
+      launch_kernel(expert_down_kernel<__nv_bfloat16, NF>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
+    case WType::kF16:
+      launch_kernel(expert_down_kernel<__half, NF>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
+  }
 }
 
 }  // namespace
@@ -290,8 +367,7 @@ void launch_route(const RouteArgs& a, cudaStream_t stream) {
   const size_t smem = size_t(kRouteWarps) * 2 * a.n_expert * sizeof(float);
   if (smem > 48 * 1024)
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  route_kernel<<<(a.n + kRouteWarps - 1) / kRouteWarps, kRouteWarps * kWarp, smem, stream>>>(a);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(route_kernel, (a.n + kRouteWarps - 1) / kRouteWarps, kRouteWarps * kWarp, smem, stream, a);
 }
 
 void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
@@ -306,43 +382,59 @@ void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t*
     return true;
   }();
   (void)allowed;
-  group_kernel<<<1, kGroupThreads, smem, stream>>>(ids, n_slots, n_experts, cold_mask, w);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(group_kernel, 1, kGroupThreads, smem, stream, ids, n_slots, n_experts, cold_mask, w);
+}
+
+void launch_route_group(const RouteArgs& a, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
+                        cudaStream_t stream) {
+  const int kS = a.k + (a.shared_slot ? 1 : 0);
+  const size_t smem = std::max(size_t(a.n) * 2 * size_t(a.n_expert) * sizeof(float), size_t(a.n) * kS * sizeof(int));
+  if (a.n == 0 || a.n > kFuseRows || smem > kFuseSmem) {
+    launch_route(a, stream);
+    launch_group(a.ids, a.n * kS, n_experts, cold_mask, w, stream);
+    return;
+  }
+  TANDEM_CUDA_REQUIRE(a.n_group >= 1 && a.n_group <= 32 && a.n_expert % a.n_group == 0, "bad group count");
+  TANDEM_CUDA_REQUIRE(n_experts <= kMaxGroupExperts, "too many experts to group");
+  // Static shared memory ~41 KB plus up to kFuseSmem: within the 227 KB of an sm_90 block.
+  static const bool allowed = [] {
+    TANDEM_CUDA_CHECK(
+        cudaFuncSetAttribute(route_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kFuseSmem)));
+    return true;
+  }();
+  (void)allowed;
+  launch_kernel(route_group_kernel, 1, kGroupThreads, smem, stream, a, n_experts, cold_mask, w);
 }
 
 void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
   if (r.n == 0) return;
-  const dim3 grid = expert_grid(r, std::max(t.inter, t.shared_inter));
+  const dim3 grid = expert_grid(r, std::max(t.inter, t.shared_inter), 1);
   const bool vec = expert_vec(t, r);
   switch (t.wt) {
-    case WType::kF32: expert_gate_up_kernel<float><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
-    case WType::kBF16:
-      expert_gate_up_kernel<__nv_bfloat16><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec);
+    case WType::kF32:
+      launch_kernel(expert_gate_up_kernel<float>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
       break;
-    case WType::kF16: expert_gate_up_kernel<__half><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
+    case WType::kBF16:
+      launch_kernel(expert_gate_up_kernel<__nv_bfloat16>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
+    case WType::kF16:
+      launch_kernel(expert_gate_up_kernel<__half>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      break;
   }
-  TANDEM_CUDA_LAUNCH_CHECK();
 }
 
 void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
   if (r.n == 0) return;
-  const dim3 grid = expert_grid(r, t.hidden);
-  const bool vec = expert_vec(t, r);
-  switch (t.wt) {
-    case WType::kF32: expert_down_kernel<float><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
-    case WType::kBF16:
-      expert_down_kernel<__nv_bfloat16><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec);
-      break;
-    case WType::kF16: expert_down_kernel<__half><<<grid, kExpertWarps * kWarp, 0, stream>>>(t, w, r, vec); break;
-  }
-  TANDEM_CUDA_LAUNCH_CHECK();
+  if (r.dense)
+    launch_expert_down_nf<1>(t, w, r, stream);
+  else
+    launch_expert_down_nf<kDownFeatures>(t, w, r, stream);
 }
 
 void launch_moe_combine(const float* slot_out, int n, int kS, int H, float* moe_out, float* x,
                         cudaStream_t stream) {
   if (n == 0) return;
-  moe_combine_kernel<<<dim3(n, (H + 255) / 256), 256, 0, stream>>>(slot_out, kS, H, moe_out, x);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(moe_combine_kernel, dim3(n, (H + 255) / 256), 256, 0, stream, slot_out, kS, H, moe_out, x);
 }
 
 }  // namespace tandem::cuda

@@ -3,7 +3,11 @@
 // only then stores the request counter (volatile, 64-bit), so the peer (acquire load of seq) never
 // sees a torn payload. On the way back the response counter is polled with volatile loads, then a
 // system fence, then the rows are read with __ldcv (no stale cached copy of the slot).
+// PDL (launch.cuh): both kernels wait for their predecessor before their first instruction of
+// substance, so a request is never published, nor an answer polled, before the rows and the hot
+// experts it follows are complete.
 #include "backends/cuda/device_util.cuh"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/peer_lane.cuh"
 
 namespace tandem::cuda {
@@ -29,6 +33,8 @@ __device__ void set_err(PeerDevState* st, int code, int value) {
 __global__ void __launch_bounds__(kSubmitThreads)
     peer_submit_kernel(PeerDev d, int layer, const float* x, const int32_t* ids, const float* w,
                        const uint8_t* mask, int r0, int count, int kS, int k) {
+  pdl_wait();
+  pdl_launch_dependents();
   PeerDevState* st = d.st;
   if (st->err) return;  // set only by wait kernels (earlier launches): constant here
   __shared__ int n_cold;
@@ -160,6 +166,8 @@ __device__ bool wait_answer(const PeerDev& d, unsigned long long expected, int c
 __global__ void __launch_bounds__(kWaitThreads)
     peer_wait_kernel(PeerDev d, const int32_t* ids, const uint8_t* mask, int r0, int count, int kS, int k,
                      bool accumulate, float* slot_out) {
+  pdl_wait();
+  pdl_launch_dependents();  // the next kernel's blocks wait in their pdl_wait() until this grid is done
   PeerDevState* st = d.st;
   if (st->err || !st->pending) return;
   __shared__ int ok;
@@ -194,16 +202,15 @@ void launch_peer_submit(const PeerDev& d, int layer, const float* x, const int32
                         const uint8_t* cold_mask, int r0, int count, int kS, int k, cudaStream_t stream) {
   if (count == 0) return;
   TANDEM_CUDA_REQUIRE(k >= 1 && k <= d.max_k && k <= kS, "peer submit: bad k");
-  peer_submit_kernel<<<count, kSubmitThreads, 0, stream>>>(d, layer, x, ids, weights, cold_mask, r0, count, kS, k);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(peer_submit_kernel, count, kSubmitThreads, 0, stream, d, layer, x, ids, weights, cold_mask, r0, count,
+                kS, k);
 }
 
 void launch_peer_wait(const PeerDev& d, const int32_t* ids, const uint8_t* cold_mask, int r0, int count, int kS,
                       int k, bool accumulate, float* slot_out, cudaStream_t stream) {
   if (count == 0) return;
-  peer_wait_kernel<<<count < kWaitBlocks ? count : kWaitBlocks, kWaitThreads, 0, stream>>>(
-      d, ids, cold_mask, r0, count, kS, k, accumulate, slot_out);
-  TANDEM_CUDA_LAUNCH_CHECK();
+  launch_kernel(peer_wait_kernel, count < kWaitBlocks ? count : kWaitBlocks, kWaitThreads, 0, stream, d, ids, cold_mask,
+                r0, count, kS, k, accumulate, slot_out);
 }
 
 }  // namespace tandem::cuda

@@ -1,0 +1,66 @@
+// Kernel launches with programmatic dependent launch (PDL, sm_90): a kernel launched with
+// launch_kernel() while PDL is on may be scheduled before its predecessor in the stream has finished,
+// so its launch latency hides behind the predecessor's tail. In exchange every such kernel must call
+// pdl_wait() before it writes anything, reads anything a kernel of the step writes (only weights,
+// constant during a step, may be touched before: linear's L2 prefetch), or returns early: the wait
+// returns once the predecessor grid has completed and its memory is visible. Because every kernel
+// waits unconditionally, completion is transitive: a kernel that finished implies all earlier ones did.
+// Works eagerly and inside stream capture (graphs get programmatic edges, CUDA 12.3+). Off, the launch
+// is an ordinary one and pdl_wait()/pdl_launch_dependents() are no-ops.
+#pragma once
+
+#include <utility>
+
+#include "backends/cuda/cuda_common.cuh"
+
+namespace tandem::cuda {
+
+// Whether launch_kernel() on this thread sets the PDL attribute (off unless a PdlScope says so). The
+// engine turns it on around its step (CudaOptions::pdl); op tests launch without it.
+bool pdl_enabled();
+class PdlScope {
+ public:
+  explicit PdlScope(bool on);
+  ~PdlScope();
+  PdlScope(const PdlScope&) = delete;
+  PdlScope& operator=(const PdlScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
+// pdl_enabled(). The kernel must begin with pdl_wait(). Checked like every launch.
+template <class... P, class... A>
+void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+#ifdef __CUDACC__
+// Waits until the predecessor grid completed and its writes are visible (no-op without PDL).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the next kernel in the stream be scheduled now (its blocks then sit in their pdl_wait() until
+// this grid completes). Only a scheduling hint: it publishes no memory.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+#endif
+
+}  // namespace tandem::cuda

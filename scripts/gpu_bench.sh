@@ -74,6 +74,11 @@ bench_run() {  # LABEL SPLIT LANES USERS KINDS TIMEOUT
   stop_peers
 }
 
+if [ -n "${DECODE:-}" ]; then
+  timeout 120 "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --batches 1,8,16,32 \
+    ${PDL:+--pdl "$PDL"} --json "$out/gpu_decode.json" > "$out/gpu_decode.txt" 2>&1
+  log "bench_gpu_decode: exit $?"
+fi
 for sp in ${SWEEP:-}; do
   bench_run "sweep-split$sp" "$sp" host,split,host 1,32 prose 120
 done
@@ -86,11 +91,6 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     --split-share "$split" --corpus "$corpus" --max-tokens "${CHECK_TOKENS:-1024}" > "$out/check.txt" 2> "$out/check.log"
   log "check (split lane): exit $? in $(( $(date +%s) - t0 )) s: $(tail -1 "$out/check.txt")"
   stop_peers
-fi
-if [ -n "${DECODE:-}" ]; then
-  timeout 120 "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --batches 1,8,16,32 \
-    ${PDL:+--pdl "$PDL"} --json "$out/gpu_decode.json" > "$out/gpu_decode.txt" 2>&1
-  log "bench_gpu_decode: exit $?"
 fi
 [ -n "${SKIP_CPU:-}" ] && { tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/"; \
   echo "==== summary"; cat "$final/steps.log"; for f in "$out"/bench-*.txt "$out"/gpu_decode.txt; do tail -30 "$f"; done; exit 0; }

@@ -141,12 +141,21 @@ int run(const Args& a) {
       std::vector<int> seqs;
       std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B)), next(static_cast<size_t>(B));
       std::vector<Engine::Item> items;
-      for (int b = 0; b < B; ++b) {
-        seqs.push_back(engine->add_sequence());
-        for (int i = 0; i < a.prompt; ++i) prompts[size_t(b)].push_back(int32_t((b * 131 + i * 17 + 3) % c.vocab_size));
-        items.push_back({seqs.back(), prompts[size_t(b)]});
-      }
-      engine->forward(items);
+      // Fresh sequences with the same prompts before every timed run, so each run (PDL off, on, off)
+      // decodes over the same context lengths: attention's cost grows with the context.
+      auto fresh = [&] {
+        for (int s : seqs) engine->remove_sequence(s);
+        seqs.clear();
+        items.clear();
+        for (int b = 0; b < B; ++b) {
+          seqs.push_back(engine->add_sequence());
+          prompts[size_t(b)].clear();
+          for (int i = 0; i < a.prompt; ++i) prompts[size_t(b)].push_back(int32_t((b * 131 + i * 17 + 3) % c.vocab_size));
+          items.push_back({seqs.back(), prompts[size_t(b)]});
+        }
+        engine->forward(items);
+      };
+      fresh();
       auto step = [&](int s) {
         items.clear();
         for (int b = 0; b < B; ++b) {
@@ -168,7 +177,6 @@ int run(const Args& a) {
       const double hbm_ms = double(fixed + hot_b + cold_b) / kHbm * 1e3;
       const double link_ms = double(cold_b) / kPcie * 1e3;
       const double bound = std::max(double(fixed + hot_b) / kHbm * 1e3, link_ms);
-      int s_next = 1;
       std::vector<double> off_ms;
       struct OnRun {
         size_t row;  // in table and rows
@@ -177,6 +185,8 @@ int run(const Args& a) {
       std::vector<OnRun> on_runs;
       for (const bool want_pdl : pdl_modes) {
         const bool pdl = cuda_set_pdl(*engine, want_pdl);
+        fresh();
+        int s_next = 1;
         for (int i = 0; i < 3; ++i) step(s_next++);  // eager, capture, replay
         const auto p0 = cuda_peer_stats(*engine);
         const double t1 = now();

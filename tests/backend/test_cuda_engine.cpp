@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_engine.h"
 #include "engine/generate.h"
 #include "engine/verify.h"
+#include "models/synth.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -113,6 +114,38 @@ TEST_P(CudaOracle, RoutingHookSeesEveryMoeLayer) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOracle,
                          ::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32", "deepseekv3_f32"));
+
+// MLA attention at the benchmark model's widths (16 heads, kv_lora 512, rope 64: every latent column
+// pass of the weighted sum in use) over a context past 200 positions, against the CPU engine: a long
+// prompt prefilled in chunks, then decode steps through captured graphs. The fixtures' contexts are
+// a few tokens and their kv_lora is 32.
+TEST(CudaEngine, LongContextMlaAtBenchmarkWidthsMatchesCpuEngine) {
+  nlohmann::json cfg = synth_preset_config("tiny");
+  cfg.update({{"hidden_size", 256}, {"num_hidden_layers", 2}, {"num_attention_heads", 16},
+              {"num_key_value_heads", 16}, {"q_lora_rank", 96}, {"kv_lora_rank", 512},
+              {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128}});
+  test::TempDir tmp;
+  write_synthetic_model(cfg, tmp.path, {.seed = 5});
+  auto model = Model::load(tmp.path);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 230; ++i) prompt.push_back(int32_t((i * 37 + 11) % 512));
+  auto run = [&](Engine& e) {
+    GenerateRequest r;
+    r.prompt = prompt;
+    r.max_tokens = 6;
+    GenerateOptions o;
+    o.keep_logits = true;
+    o.prefill_chunk = 64;
+    std::vector<GenerateRequest> reqs{r};
+    return generate(e, reqs, o).at(0);
+  };
+  CpuEngine cpu(*model);
+  auto gpu = make_cuda_engine(*model, {}, {});
+  const auto ref = run(cpu), got = run(*gpu);
+  EXPECT_EQ(got.tokens, ref.tokens);
+  ASSERT_EQ(got.logits.size(), ref.logits.size());
+  EXPECT_LT(max_rel_err(got.logits.data(), ref.logits.data(), int64_t(ref.logits.size())), 1e-4);
+}
 
 TEST(CudaEngineOptions, BadOptionsAreInputErrors) {
   auto model = Model::load(test::oracle_dir("deepseekv3_f32"));

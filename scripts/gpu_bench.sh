@@ -10,6 +10,8 @@
 # split lane's link share, default 0.4), USERS, KINDS, TOKENS, SWEEP ("0.3 0.5": extra host,split,host
 # runs at those splits, 1 and 32 users, prose), DECODE (1: bench_gpu_decode, local lane), PDL (passed
 # to bench_gpu_decode --pdl: 0, 1 or both),
+# PEER_DEVICE (the peers' --device: cpu, or cuda:1 for a second GPU as the peer — on a two-GPU box,
+# LANES=host,peer,local,host gives issue 6's comparison), PEER_THREADS (default 14),
 # TEST_TIMEOUT (s, default 150), SKIP_TESTS, SKIP_BENCH, SKIP_CPU (the CPU-side benchmarks).
 set -uo pipefail
 carry=$1
@@ -51,7 +53,7 @@ peer_pids=()
 start_peer() {  # NAME [extra args]. A lane closes when its primary exits: each primary run gets fresh peers
   local name=$1
   shift
-  "$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane "$name" --threads "${PEER_THREADS:-14}" \
+  "$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane "$name" --device "${PEER_DEVICE:-cpu}" --threads "${PEER_THREADS:-14}" \
     --spin-us 1000000000 --max-rows 512 "$@" > "$out/peer-$name.out" 2> "$out/peer-$name.log" &
   peer_pids+=($!)
   for _ in $(seq 600); do grep -q serving "$out/peer-$name.log" 2>/dev/null && break; sleep 0.2; done

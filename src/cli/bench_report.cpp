@@ -356,7 +356,7 @@ std::string to_svg(const Report& report) {
       if (auto it = sums.find({kinds[k], u}); it != sums.end())
         for (const LaneSummary& l : it->second.lanes) ymax = std::max(ymax, l.max_tokens_per_s);
     const double step = nice_step(ymax / 5);
-    const double top_v = std::max(step, std::ceil(ymax * 1.12 / step) * step);
+    const double top_v = std::max(step, std::ceil(ymax * 1.3 / step) * step);  // room for the upright ratios
     auto y_of = [&](double v) { return y0 - (y0 - y1) * v / top_v; };
     svg += fmt::format("<g>\n<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"14\" font-weight=\"bold\" text-anchor=\"middle\">{}</text>\n",
                        (x0 + x1) / 2, oy + 20, xml_escape(kinds[k]));
@@ -389,9 +389,10 @@ std::string to_svg(const Report& report) {
                              "<line x1=\"{3:.1f}\" y1=\"{1:.1f}\" x2=\"{4:.1f}\" y2=\"{1:.1f}\" stroke=\"#222\"/>"
                              "<line x1=\"{3:.1f}\" y1=\"{2:.1f}\" x2=\"{4:.1f}\" y2=\"{2:.1f}\" stroke=\"#222\"/>\n",
                              cx, y_of(l.min_tokens_per_s), y_of(l.max_tokens_per_s), cx - 4, cx + 4);
-        if (l.ratio)
-          svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\" font-weight=\"bold\" text-anchor=\"middle\">{}</text>\n",
-                             cx, y_of(l.max_tokens_per_s) - 5, xml_escape(fmt::format("×{:.2f}", *l.ratio)));
+        if (l.ratio)  // upright text over a bar this narrow would run into its neighbours' labels
+          svg += fmt::format("<text x=\"{0:.1f}\" y=\"{1:.1f}\" font-size=\"11\" font-weight=\"bold\" "
+                             "transform=\"rotate(-90 {0:.1f} {1:.1f})\" dominant-baseline=\"middle\">{2}</text>\n",
+                             cx, y_of(l.max_tokens_per_s) - 4, xml_escape(fmt::format("×{:.2f}", *l.ratio)));
       }
     }
     svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"#333\"/>"

@@ -104,7 +104,7 @@ nlohmann::json to_json(const Report& report);
 // A heading, the command, the bandwidth assumption, one table row per (cell, lane), the notes.
 std::string to_markdown(const Report& report);
 // Grouped bars of total decode tokens/s per lane for each users value (whiskers: min..max of the
-// repeats), one panel per kind, the ratio to the first lane above each group. Self-contained SVG 1.1.
+// repeats), one panel per kind, the ratio to the first lane above each bar, rotated. Self-contained SVG 1.1.
 std::string to_svg(const Report& report);
 // "<date>-<label>-<device>" with every character outside [A-Za-z0-9._-] replaced by '-'.
 std::string result_stem(const Report& report);

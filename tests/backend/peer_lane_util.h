@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "../lane_tools/process.h"
@@ -224,6 +225,19 @@ inline void expect_fault_fails_dark(const std::string& model, const std::string&
   wait_exit(peer.child, 20);
   EXPECT_FALSE(segment_exists(lane));
 }
+
+// Parameters (fixture, split) over the four oracle fixtures, each whole and split, and their test
+// names: "<fixture>_split", or "<fixture><whole>" for the whole-expert case.
+inline auto fixtures_whole_and_split() {
+  return ::testing::Combine(::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32", "deepseekv3_f32"),
+                            ::testing::Bool());
+}
+struct FixtureSplitName {
+  const char* whole;
+  std::string operator()(const ::testing::TestParamInfo<std::tuple<std::string, bool>>& info) const {
+    return std::get<0>(info.param) + (std::get<1>(info.param) ? "_split" : whole);
+  }
+};
 
 }  // namespace tandem::test
 #endif

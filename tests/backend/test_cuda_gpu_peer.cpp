@@ -101,13 +101,8 @@ TEST_P(GpuColdExpertsVsCpu, SameRowsOnEveryLayer) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuColdExpertsVsCpu,
-                         ::testing::Combine(::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32",
-                                                              "deepseekv3_f32"),
-                                            ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_split" : "_whole");
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuColdExpertsVsCpu, test::fixtures_whole_and_split(),
+                         test::FixtureSplitName{"_whole"});
 
 TEST(GpuColdExperts, RequestsPastTheReservationAreErrorsAndBadDevicesRefused) {
   const std::string dir = test::oracle_dir("qwen3moe_f32");
@@ -132,13 +127,8 @@ TEST_P(GpuPeerOracle, CudaPrimaryGivesTheLocalLanesTokensAndLogits) {
   test::expect_lane_matches_local(fixture, split, {"--device", "cuda"}, "G", tmp);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPeerOracle,
-                         ::testing::Combine(::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32",
-                                                              "deepseekv3_f32"),
-                                            ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_split" : "_peer");
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPeerOracle, test::fixtures_whole_and_split(),
+                         test::FixtureSplitName{"_peer"});
 
 std::vector<int32_t> tokens_of(const std::string& json_out) {
   return nlohmann::json::parse(json_out)["results"][0]["tokens"].get<std::vector<int32_t>>();

@@ -33,13 +33,8 @@ TEST_P(CudaPeerOracle, SameFunctionAsTheLocalLane) {
   test::expect_lane_matches_local(fixture, split, {}, "", tmp);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaPeerOracle,
-                         ::testing::Combine(::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32",
-                                                              "deepseekv3_f32"),
-                                            ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_split" : "_peer");
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaPeerOracle, test::fixtures_whole_and_split(),
+                         test::FixtureSplitName{"_peer"});
 
 TEST(CudaSplitLane, PeerAndPrimaryCuttingDifferentlyRefuseEachOther) {
   test::TempDir tmp;

@@ -38,7 +38,6 @@ class GpuColdExperts final : public peer::PeerCompute {
 
   size_t bytes_held() const { return bytes_; }
   int64_t n_cold() const { return n_cold_; }
-  int device() const { return device_; }
 
  private:
   int device_ = 0;
@@ -71,7 +70,6 @@ class PinnedRange {
   ~PinnedRange();
   PinnedRange(const PinnedRange&) = delete;
   PinnedRange& operator=(const PinnedRange&) = delete;
-  bool pinned() const { return base_ != nullptr; }
 
  private:
   void* base_ = nullptr;

@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids
 // r exactly as route_kernel does, then the whole block groups the slots exactly as group_kernel does
 // (its shared scratch reused for local_pos). Saves a launch per MoE layer.
 constexpr int kFuseRows = kGroupThreads / kWarp;
-constexpr size_t kFuseSmem = 160 * 1024;
+constexpr size_t kFuseSmem = size_t(kMaxGroupSlots) * sizeof(int);  // the grouping's bound, as group_kernel
 
 __global__ void __launch_bounds__(kGroupThreads)
     route_group_kernel(RouteArgs a, int n_experts, const uint8_t* cold_mask, MoeWork w) {

@@ -8,7 +8,9 @@
 // its cold lists. Peer rows add handoffs per step, wait p50/p99 (histogram upper bounds), overruns and
 // the cold share of routed slots. --pdl 0|1|both: programmatic dependent launch off, on (default), or
 // bracketed off, on, off on the same engine for every batch size (graphs recaptured at each switch; the
-// on row's "vs off" is the mean of the two off runs over it). Prints a table; --json writes it.
+// on row's "vs off" is the mean of the two off runs over it). --breakdown N: instead of timing steps,
+// runs N eager steps (no graphs, no PDL) under a KernelProfile and prints each kernel's GPU time per
+// step (launches of one kernel on different grids apart). Prints a table; --json writes it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -38,7 +40,7 @@ struct Args {
   std::string model, lanes = "local,host", batches = "1,8,16,32", json, peer, rowmap, write_rowmap, pdl = "1";
   uint64_t spin_limit_us = 2000;
   double cold_fraction = 89.0 / 384.0;
-  int steps = 64, prompt = 16, ctx = 1024;
+  int steps = 64, prompt = 16, ctx = 1024, breakdown = 0;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -130,6 +132,7 @@ int run(const Args& a) {
     } else if (lane != "local") {
       fail("--lanes: unknown lane '{}'", lane);
     }
+    if (a.breakdown > 0) co.graphs = false, co.pdl = false;  // eager and serial: every kernel timed alone
     EngineOptions eo;
     eo.max_seqs = 32;
     eo.max_ctx = a.ctx;
@@ -177,6 +180,33 @@ int run(const Args& a) {
       const double hbm_ms = double(fixed + hot_b + cold_b) / kHbm * 1e3;
       const double link_ms = double(cold_b) / kPcie * 1e3;
       const double bound = std::max(double(fixed + hot_b) / kHbm * 1e3, link_ms);
+      if (a.breakdown > 0) {
+        step(1);
+        KernelProfile prof;
+        for (int s = 0; s < a.breakdown; ++s) {
+          prof.begin_step();
+          step(2 + s);
+          prof.end_step();
+        }
+        const auto kt = prof.totals();
+        double sum = 0;
+        for (const auto& k : kt) sum += k.total_us;
+        const double n = double(prof.steps());
+        table.push_back(fmt::format("{} lane, {} sequence(s), context {}..{}: {:.1f} us of kernels per step "
+                                    "(HBM bound {:.1f} us)",
+                                    lane, B, a.prompt + 2, a.prompt + 1 + a.breakdown, sum / n, hbm_ms * 1e3));
+        table.push_back(fmt::format("  {:>9} {:>6} {:>7} {:>9}  {}", "us/step", "share", "calls", "us/call", "kernel [grid]"));
+        nlohmann::json ks = nlohmann::json::array();
+        for (const auto& k : kt) {
+          table.push_back(fmt::format("  {:>9.1f} {:>5.1f}% {:>7.1f} {:>9.2f}  {}", k.total_us / n, 100 * k.total_us / sum,
+                                      double(k.calls) / n, k.total_us / double(k.calls), k.name));
+          ks.push_back({{"kernel", k.name}, {"us_per_step", k.total_us / n}, {"calls_per_step", double(k.calls) / n}});
+        }
+        rows.push_back({{"lane", lane}, {"batch", B}, {"prompt", a.prompt}, {"steps", a.breakdown},
+                        {"kernel_us_per_step", sum / n}, {"hbm_bound_ms", hbm_ms}, {"kernels", ks}});
+        for (int s : seqs) engine->remove_sequence(s);
+        continue;
+      }
       std::vector<double> off_ms;
       struct OnRun {
         size_t row;  // in table and rows
@@ -259,6 +289,7 @@ int main(int argc, char** argv) {
     else if (k == "--write-rowmap") a.write_rowmap = v;
     else if (k == "--peer-spin-limit") a.spin_limit_us = std::stoull(v);
     else if (k == "--pdl") a.pdl = v;
+    else if (k == "--breakdown") a.breakdown = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -267,7 +298,7 @@ int main(int argc, char** argv) {
   if (a.model.empty()) {
     std::fprintf(stderr, "usage: bench_gpu_decode --model DIR [--lanes local,host] [--batches 1,8,16,32] "
                          "[--steps N] [--prompt N] [--ctx N] [--cold-fraction F] [--json FILE] [--peer NAME --rowmap R] "
-                         "[--peer-spin-limit US] [--write-rowmap R] [--pdl 0|1|both]\n");
+                         "[--peer-spin-limit US] [--write-rowmap R] [--pdl 0|1|both] [--breakdown STEPS]\n");
     return 2;
   }
   try {

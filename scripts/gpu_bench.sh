@@ -9,7 +9,8 @@
 # Knobs (environment): SKEW (router skew, default 0), LANES (default host,peer,split,host), SPLIT (the
 # split lane's link share, default 0.4), USERS, KINDS, TOKENS, SWEEP ("0.3 0.5": extra host,split,host
 # runs at those splits, 1 and 32 users, prose), DECODE (1: bench_gpu_decode, local lane), PDL (passed
-# to bench_gpu_decode --pdl: 0, 1 or both),
+# to bench_gpu_decode --pdl: 0, 1 or both), DECODE_PROMPTS (its prompt lengths, default 16), BREAKDOWN (N: bench_gpu_decode --breakdown N, the local lane's
+# GPU time per kernel at 1 and 8 sequences, 16- and 120-token prompts),
 # PEER_DEVICE (the peers' --device: cpu, or cuda:1 for a second GPU as the peer — on a two-GPU box,
 # LANES=host,peer,local,host gives issue 6's comparison), PEER_THREADS (default 14),
 # TEST_TIMEOUT (s, default 150), SKIP_TESTS, SKIP_BENCH, SKIP_CPU (the CPU-side benchmarks).
@@ -37,17 +38,20 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 
 t0=$(date +%s)
+[ -f "$model/config.json" ] && [ -z "${RESYNTH:-}" ] && log "flash-mini already at $model" || \
 "$T" synth --preset flash-mini --out "$model" --router-skew "$skew" \
   --tokenizer "$carry/shared/fixtures/tokenizer/tokenizer.json" --log-level warn > "$out/synth.log" 2>&1
 log "synth flash-mini --router-skew $skew: exit $? in $(( $(date +%s) - t0 )) s"
 "$T" info --model "$model" > "$out/info.txt" 2>&1
 
+if [ -z "${SKIP_BENCH:-}" ]; then
 t0=$(date +%s)
 timeout 150 "$T" profile --model "$model" --device cuda --corpus "$corpus" --max-tokens-per-kind "${PROFILE_TOKENS:-6000}" \
   --out "$out/stats.json" > "$out/profile.log" 2>&1
 log "profile: exit $? in $(( $(date +%s) - t0 )) s"
 "$T" plan --model "$model" --stats "$out/stats.json" --cold-per-layer 89 --out "$out/rowmap.json" > "$out/plan.txt" 2>&1
 log "plan: exit $? ($(grep -i 'cold share' "$out/plan.txt" | head -1))"
+fi
 
 peer_pids=()
 start_peer() {  # NAME [extra args]. A lane closes when its primary exits: each primary run gets fresh peers
@@ -77,9 +81,18 @@ bench_run() {  # LABEL SPLIT LANES USERS KINDS TIMEOUT
 }
 
 if [ -n "${DECODE:-}" ]; then
-  timeout 120 "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --batches 1,8,16,32 \
-    ${PDL:+--pdl "$PDL"} --json "$out/gpu_decode.json" > "$out/gpu_decode.txt" 2>&1
-  log "bench_gpu_decode: exit $?"
+  for pr in ${DECODE_PROMPTS:-16}; do
+    timeout 120 "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --batches 1,8,16,32 --prompt "$pr" \
+      ${PDL:+--pdl "$PDL"} --json "$out/gpu_decode-$pr.json" > "$out/gpu_decode-$pr.txt" 2>&1
+    log "bench_gpu_decode --prompt $pr: exit $?"
+  done
+fi
+if [ -n "${BREAKDOWN:-}" ]; then
+  for pr in 16 120; do
+    timeout 120 "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --batches 1,8 --prompt "$pr" \
+      --breakdown "$BREAKDOWN" --json "$out/breakdown-$pr.json" > "$out/breakdown-$pr.txt" 2>&1
+    log "bench_gpu_decode --breakdown $BREAKDOWN --prompt $pr: exit $?"
+  done
 fi
 for sp in ${SWEEP:-}; do
   bench_run "sweep-split$sp" "$sp" host,split,host 1,32 prose 120
@@ -95,7 +108,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   stop_peers
 fi
 [ -n "${SKIP_CPU:-}" ] && { tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/"; \
-  echo "==== summary"; cat "$final/steps.log"; for f in "$out"/bench-*.txt "$out"/gpu_decode.txt; do tail -30 "$f"; done; exit 0; }
+  echo "==== summary"; cat "$final/steps.log"; for f in "$out"/bench-*.txt "$out"/gpu_decode-*.txt "$out"/breakdown-*.txt; do [ -f "$f" ] && tail -45 "$f"; done; exit 0; }
 
 timeout 40 "$carry/bin/bench_handoff" --iters 20000 --out "$out/handoff.json" > "$out/handoff.txt" 2>&1
 log "bench_handoff: exit $?"

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -68,6 +69,33 @@ std::optional<CudaPeerStats> cuda_peer_stats(const Engine& engine);
 // graphs), so a benchmark can compare both on one engine. Returns whether PDL is now on: never under
 // TANDEM_PDL=0, before sm_90, or for an engine that is not a CUDA engine.
 bool cuda_set_pdl(Engine& engine, bool on);
+
+// GPU time per kernel of the calling thread's launches while the profile is alive: each launch
+// through the backend's launch_kernel() is bracketed by two events (a diagnostic: eager steps only,
+// since graph replays launch nothing on the host; run with graphs and PDL off so that kernels neither
+// hide in a graph nor overlap). begin_step() queues a short device-side delay before the next launch,
+// so the host can queue the whole step ahead of the GPU and host launch gaps do not count; end_step()
+// (after the step synchronised) adds the step's times to the totals.
+struct KernelTime {
+  std::string name;  // demangled, without namespaces and parameters, then the grid: "linear_kernel<float> [8x1x1]"
+  int64_t calls = 0;
+  double total_us = 0;
+};
+class KernelProfile {
+ public:
+  KernelProfile();
+  ~KernelProfile();
+  KernelProfile(const KernelProfile&) = delete;
+  KernelProfile& operator=(const KernelProfile&) = delete;
+  void begin_step();
+  void end_step();
+  std::vector<KernelTime> totals() const;  // largest total first
+  int64_t steps() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Builds the engine on device `cuda.device`: uploads the model (the Model must outlive the engine).
 // InputError for bad options (device index, cold lists, a context the GPU can't hold, weight dtypes,

@@ -29,6 +29,15 @@ class PdlScope {
   bool prev_;
 };
 
+// The calling thread's kernel profile (kernel_profile.cu; null unless a KernelProfile is alive):
+// launch_kernel() brackets each launch with its events.
+class LaunchTrace;
+LaunchTrace* launch_trace();
+void trace_before(LaunchTrace* t, const void* kernel, dim3 grid, cudaStream_t stream);
+void trace_after(LaunchTrace* t, cudaStream_t stream);
+// One thread spinning for `cycles` SM clock cycles (kernel_profile's head start for the host).
+void launch_delay(long long cycles, cudaStream_t stream);
+
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
 // pdl_enabled(). The kernel must begin with pdl_wait(). Checked like every launch.
 template <class... P, class... A>
@@ -43,8 +52,11 @@ void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  LaunchTrace* trace = launch_trace();
+  if (trace) trace_before(trace, reinterpret_cast<const void*>(kernel), grid, stream);
   TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
   TANDEM_CUDA_LAUNCH_CHECK();
+  if (trace) trace_after(trace, stream);
 }
 
 #ifdef __CUDACC__

@@ -1,0 +1,148 @@
+// Per-kernel GPU times of one thread's launches (KernelProfile in cuda_engine.h, hooks in launch.cuh).
+#include <cxxabi.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_engine.h"
+#include "backends/cuda/launch.cuh"
+#include "core/error.h"
+
+namespace tandem {
+
+namespace cuda {
+
+namespace {
+
+// "void tandem::cuda::(anonymous namespace)::linear_kernel<__nv_bfloat16>(tandem::cuda::LinearArgs, bool)"
+// -> "linear_kernel<__nv_bfloat16>".
+std::string short_name(const char* mangled) {
+  std::string name = mangled ? mangled : "?";
+  int status = 0;
+  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+  if (status == 0 && d) {
+    name = d;
+    std::free(d);
+  }
+  // Drop the parameter list: the last top-level "(...)".
+  int depth = 0;
+  for (size_t i = name.size(); i-- > 0;) {
+    if (name[i] == ')') ++depth;
+    if (name[i] == '(' && --depth == 0) {
+      name.resize(i);
+      break;
+    }
+  }
+  for (const std::string ns : {"tandem::cuda::(anonymous namespace)::", "tandem::cuda::", "void "}) {
+    for (size_t at; (at = name.find(ns)) != std::string::npos;) name.erase(at, ns.size());
+  }
+  return name;
+}
+
+}  // namespace
+
+class LaunchTrace {
+ public:
+  struct Pending {
+    const void* kernel;
+    dim3 grid;
+    cudaEvent_t a, b;
+  };
+  bool delay_next = false;
+  std::vector<Pending> pending;
+  std::vector<cudaEvent_t> spare;
+  std::map<const void*, std::string> names;
+  std::map<std::string, KernelTime> totals;
+  int64_t steps = 0;
+
+  cudaEvent_t event() {
+    if (!spare.empty()) {
+      cudaEvent_t e = spare.back();
+      spare.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    TANDEM_CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+};
+
+namespace {
+thread_local LaunchTrace* t_trace = nullptr;
+}  // namespace
+
+LaunchTrace* launch_trace() { return t_trace; }
+
+void trace_before(LaunchTrace* t, const void* kernel, dim3 grid, cudaStream_t stream) {
+  if (t->delay_next) {
+    launch_delay(20'000'000, stream);  // ~10 ms: ample for a step's launches
+    t->delay_next = false;
+  }
+  LaunchTrace::Pending p{kernel, grid, t->event(), t->event()};
+  TANDEM_CUDA_CHECK(cudaEventRecord(p.a, stream));
+  t->pending.push_back(p);
+}
+
+void trace_after(LaunchTrace* t, cudaStream_t stream) { TANDEM_CUDA_CHECK(cudaEventRecord(t->pending.back().b, stream)); }
+
+}  // namespace cuda
+
+struct KernelProfile::Impl {
+  cuda::LaunchTrace trace;
+  cuda::LaunchTrace* prev = nullptr;
+};
+
+KernelProfile::KernelProfile() : impl_(std::make_unique<Impl>()) {
+  impl_->prev = cuda::t_trace;
+  cuda::t_trace = &impl_->trace;
+}
+
+KernelProfile::~KernelProfile() {
+  cuda::t_trace = impl_->prev;
+  auto& t = impl_->trace;
+  cudaDeviceSynchronize();  // events still pending must not be destroyed under the device
+  for (auto& p : t.pending) t.spare.push_back(p.a), t.spare.push_back(p.b);
+  for (cudaEvent_t e : t.spare) cudaEventDestroy(e);
+}
+
+void KernelProfile::begin_step() { impl_->trace.delay_next = true; }
+
+void KernelProfile::end_step() {
+  auto& t = impl_->trace;
+  for (auto& p : t.pending) {
+    TANDEM_CUDA_CHECK(cudaEventSynchronize(p.b));
+    float ms = 0;
+    TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, p.a, p.b));
+    auto it = t.names.find(p.kernel);
+    if (it == t.names.end()) {
+      const char* mangled = nullptr;
+      if (cudaFuncGetName(&mangled, p.kernel) != cudaSuccess) mangled = nullptr;
+      it = t.names.emplace(p.kernel, cuda::short_name(mangled)).first;
+    }
+    // Launches of one kernel on different grids (a projection's shape) are told apart.
+    const std::string label = fmt::format("{} [{}x{}x{}]", it->second, p.grid.x, p.grid.y, p.grid.z);
+    KernelTime& k = t.totals[label];
+    k.name = label;
+    ++k.calls;
+    k.total_us += double(ms) * 1e3;
+    t.spare.push_back(p.a);
+    t.spare.push_back(p.b);
+  }
+  t.pending.clear();
+  ++t.steps;
+}
+
+std::vector<KernelTime> KernelProfile::totals() const {
+  std::vector<KernelTime> out;
+  for (const auto& [name, k] : impl_->trace.totals) out.push_back(k);
+  std::sort(out.begin(), out.end(), [](const KernelTime& a, const KernelTime& b) { return a.total_us > b.total_us; });
+  return out;
+}
+
+int64_t KernelProfile::steps() const { return impl_->trace.steps; }
+
+}  // namespace tandem

@@ -116,19 +116,24 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOracle,
                          ::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32", "deepseekv3_f32"));
 
 // MLA attention at the benchmark model's widths (16 heads, kv_lora 512, rope 64: every latent column
-// pass of the weighted sum in use) over a context past 200 positions, against the CPU engine: a long
-// prompt prefilled in chunks, then decode steps through captured graphs. The fixtures' contexts are
-// a few tokens and their kv_lora is 32.
-TEST(CudaEngine, LongContextMlaAtBenchmarkWidthsMatchesCpuEngine) {
+// pass of the weighted sum in use) over a context past 512 positions, against the CPU engine: a long
+// prompt prefilled in chunks (each row's positions split over 1 to 16 blocks as the context grows),
+// then decode steps through captured graphs (16 blocks per row). 24 heads: a second, partial tile of heads. The
+// fixtures' contexts are a few tokens and their kv_lora is 32.
+class CudaLongMla : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaLongMla, MatchesCpuEngine) {
   nlohmann::json cfg = synth_preset_config("tiny");
-  cfg.update({{"hidden_size", 256}, {"num_hidden_layers", 2}, {"num_attention_heads", 16},
-              {"num_key_value_heads", 16}, {"q_lora_rank", 96}, {"kv_lora_rank", 512},
+  cfg.update({{"hidden_size", 256}, {"num_hidden_layers", 2}, {"num_attention_heads", GetParam()},
+              {"num_key_value_heads", GetParam()}, {"q_lora_rank", 96}, {"kv_lora_rank", 512},
               {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128}});
   test::TempDir tmp;
-  write_synthetic_model(cfg, tmp.path, {.seed = 5});
+  SynthOptions so;
+  so.seed = 5;
+  write_synthetic_model(cfg, tmp.path, so);
   auto model = Model::load(tmp.path);
   std::vector<int32_t> prompt;
-  for (int i = 0; i < 230; ++i) prompt.push_back(int32_t((i * 37 + 11) % 512));
+  for (int i = 0; i < 520; ++i) prompt.push_back(int32_t((i * 37 + 11) % 512));
   auto run = [&](Engine& e) {
     GenerateRequest r;
     r.prompt = prompt;
@@ -146,6 +151,8 @@ TEST(CudaEngine, LongContextMlaAtBenchmarkWidthsMatchesCpuEngine) {
   ASSERT_EQ(got.logits.size(), ref.logits.size());
   EXPECT_LT(max_rel_err(got.logits.data(), ref.logits.data(), int64_t(ref.logits.size())), 1e-4);
 }
+
+INSTANTIATE_TEST_SUITE_P(Heads, CudaLongMla, ::testing::Values(16, 24));
 
 TEST(CudaEngineOptions, BadOptionsAreInputErrors) {
   auto model = Model::load(test::oracle_dir("deepseekv3_f32"));

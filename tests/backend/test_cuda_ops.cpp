@@ -108,6 +108,39 @@ TEST(NormOp, MatchesCpuRmsNorm) {
   EXPECT_LT(test::rel_err(dy.download(), ref), 1e-6);
 }
 
+// A projection with the RMSNorm fused in front against rms_norm then matmul on the CPU, on the vector
+// (bf16, K = 512) and scalar (f32, K = 302: not a multiple of 4) paths, at 1 and kLinearNormRows rows;
+// norm_out must hold the normalised rows (every element written: poisoned before).
+void check_linear_norm(DType dt, int n, int M, int K) {
+  auto wf = test::random_floats(size_t(M) * K, 21 + n, 0.1f);
+  auto wb = test::to_dtype(wf, dt);
+  auto x = test::random_floats(size_t(n) * K, 22 + n, 3.0f);
+  auto g = test::random_floats(size_t(K), 23);
+  std::vector<uint8_t> gb(g.size() * 4);
+  std::memcpy(gb.data(), g.data(), gb.size());
+  std::vector<float> normed(x.size()), ref(size_t(n) * M);
+  cpu::rms_norm(x.data(), n, K, view(gb, DType::kF32, 1, K), 1e-6f, normed.data());
+  cpu::matmul(normed.data(), n, view(wb, dt, M, K), ref.data(), global_pool());
+  DevBuf<uint8_t> dw(wb);
+  DevBuf<float> dx(x), dg(g), dy(size_t(n) * M), dh(x.size());
+  dy.poison(), dh.poison();
+  cuda::LinearArgs a;
+  a.x = dx.p, a.x_stride = K, a.n = n;
+  a.w = dw.p, a.wt = cuda::wtype_of(dt, "w"), a.M = M, a.K = K, a.w_ld = K;
+  a.y = dy.p, a.y_stride = M;
+  a.norm_w = dg.p, a.norm_eps = 1e-6f, a.norm_out = dh.p, a.norm_out_stride = K;
+  cuda::launch_linear(a, nullptr);
+  EXPECT_LT(test::rel_err(dy.download(), ref), 1e-5) << n << " rows";
+  EXPECT_LT(test::rel_err(dh.download(), normed), 1e-6) << n << " rows";
+}
+
+TEST(LinearOp, FusedRmsNormMatchesNormThenMatmul) {
+  for (int n : {1, cuda::kLinearNormRows}) {
+    check_linear_norm(DType::kBF16, n, 40, 512);
+    check_linear_norm(DType::kF32, n, 24, 302);
+  }
+}
+
 ModelConfig router_config(RouterKind kind, int64_t E, int64_t k, bool norm, int64_t groups, int64_t topk_group) {
   ModelConfig c;
   c.router = kind;
@@ -204,7 +237,8 @@ TEST(GroupOp, EverySlotListedOnceUnderItsExpert) {
 
 // The fused route + group (decode steps of at most 32 rows) against route then group: the same ids
 // and weights bit for bit, the same active-expert lists, and per expert the same set of slots (the
-// order within one expert is free in both). n > 32 takes the two-launch path.
+// order within one expert is free in both). n · kS ≤ 32 takes the one-warp grouping, n ≤ 32 the
+// block-wide one, n > 32 the two-launch path.
 void check_route_group(const ModelConfig& c, const std::vector<float>& bias, int n, uint32_t seed) {
   const int E = int(c.n_expert), kS = int(c.n_expert_used) + 1, n_tot = E + 1, n_slots = n * kS;
   auto logits = test::random_floats(size_t(n) * E, seed, 2.0f);
@@ -264,9 +298,9 @@ void check_route_group(const ModelConfig& c, const std::vector<float>& bias, int
 TEST(RouteGroupOp, FusedMatchesRouteThenGroup) {
   auto bias = test::random_floats(384, 11, 0.3f);
   const auto sig = router_config(RouterKind::kSigmoidGroupTopK, 384, 6, true, 8, 4);
-  for (int n : {1, 5, 32, 33}) check_route_group(sig, bias, n, uint32_t(20 + n));
+  for (int n : {1, 2, 4, 5, 32, 33}) check_route_group(sig, bias, n, uint32_t(20 + n));
   const auto soft = router_config(RouterKind::kSoftmaxTopK, 64, 4, true, 1, 1);
-  for (int n : {1, 32}) check_route_group(soft, {}, n, uint32_t(40 + n));
+  for (int n : {1, 6, 7, 32}) check_route_group(soft, {}, n, uint32_t(40 + n));
 }
 
 // Routed experts through gate_up / down / combine against run_experts_cpu, with the odd experts'

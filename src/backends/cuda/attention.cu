@@ -1,6 +1,9 @@
 // Attention kernels (see attention.cuh). Scores of one (row, head) live in shared memory; softmax
 // follows the CPU: max, exp, sum, multiply by 1/sum, then the weighted sum of values.
 #include "backends/cuda/attention.cuh"
+
+#include <algorithm>
+
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/launch.cuh"
 
@@ -125,66 +128,207 @@ __global__ void mla_prep_kernel(MlaArgs a, RowInfo rows, RopeTables rope) {
   for (int i = threadIdx.x; i < a.rope; i += blockDim.x) dst[a.kv_lora + i] = kr[i];
 }
 
-template <class T>
-__global__ void mla_q_kernel(MlaArgs a, const float* q, int64_t q_stride, const T* kv_b, RowInfo rows,
-                             RopeTables rope, float* q_lat, float* q_rope) {
-  pdl_wait();
-  pdl_launch_dependents();
-  extern __shared__ float sm[];  // [nope + rope] q of this head, then [rope] scratch
-  const int r = blockIdx.x, head = blockIdx.y;
-  const int qk = a.nope + a.rope;
-  const float* qh = q + int64_t(r) * q_stride + head * qk;
-  float* qs = sm;
-  for (int i = threadIdx.x; i < qk; i += blockDim.x) qs[i] = qh[i];
-  __syncthreads();
-  block_rope(qs + a.nope, rows.pos[r], rope, sm + qk);
-  float* qr = q_rope + (int64_t(r) * a.n_head + head) * a.rope;
-  if (blockIdx.z == 0)
-    for (int i = threadIdx.x; i < a.rope; i += blockDim.x) qr[i] = qs[a.nope + i];
-  const T* w = kv_b + int64_t(head) * (a.nope + a.v_dim) * a.kv_lora;
-  float* ql = q_lat + (int64_t(r) * a.n_head + head) * a.kv_lora;
-  for (int c = blockIdx.z * blockDim.x + threadIdx.x; c < a.kv_lora; c += gridDim.z * blockDim.x) {
-    float acc = 0.0f;
-#pragma unroll 8
-    for (int d = 0; d < a.nope; ++d) acc += qs[d] * to_f32(w[int64_t(d) * a.kv_lora + c]);
-    ql[c] = acc;
-  }
-}
+// MLA attention over the latent cache (decode and prefill), all heads of a tile in one block: each
+// cached position is read once per block and scored against every head of the tile (MLA shares its
+// cache across heads). Positions [0, T) of a row are cut into up to `splits` contiguous chunks of at
+// least kMlaMinChunk positions, one block each (flash-decoding), so that a single sequence with a
+// long context still spreads over many multiprocessors; a block
+// walks its chunk kMlaTile positions at a time with an online softmax (running max and sum per head).
+// With one split the block writes o_lat directly; otherwise it writes its unnormalised sums with
+// their max and sum, and the block that arrives last for its (row, head tile) combines the splits in
+// split order (so the result does not depend on which block was last).
+constexpr int kMlaThreads = 256;
+constexpr int kMlaWarps = kMlaThreads / kWarp;
+constexpr int kMlaTile = 32;  // positions per online-softmax step: one per lane in the softmax
+constexpr int kMlaMinChunk = 32;  // fewest positions a split block takes
+static_assert(kMlaTile == kWarp, "the softmax step maps one position to each lane");
 
-__global__ void attention_mla_kernel(MlaArgs a, RowInfo rows, const float* q_lat, const float* q_rope,
-                                     float scale, float* o_lat) {
+struct MlaSmem {  // float offsets into the dynamic shared memory
+  int ql, qr, p, m, l, alpha, wgt, den, total;
+  __host__ __device__ MlaSmem(int L, int R, int splits) {
+    ql = 0;                          // [kMlaHeads][L] q_lat of the tile's heads
+    qr = ql + kMlaHeads * L;         // [kMlaHeads][R] rotated q_rope
+    p = qr + kMlaHeads * R;          // [kMlaHeads][kMlaTile] scores, then their exponentials
+    m = p + kMlaHeads * kMlaTile;    // [kMlaHeads] running max
+    l = m + kMlaHeads;               // [kMlaHeads] running sum
+    alpha = l + kMlaHeads;           // [kMlaHeads] rescale of the accumulators at this step
+    wgt = alpha + kMlaHeads;         // [kMlaHeads][splits] combine weights
+    den = wgt + kMlaHeads * splits;  // [kMlaHeads] combine denominators
+    total = den + kMlaHeads;
+  }
+};
+
+template <int C>  // C: latent columns per thread (kv_lora ≤ C · kMlaThreads)
+__global__ void __launch_bounds__(kMlaThreads)
+    attention_mla_kernel(MlaArgs a, RowInfo rows, const float* q_lat, const float* q, int64_t q_stride,
+                         RopeTables rope, float scale, float* o_lat, MlaScratch sc, int splits) {
   pdl_wait();
   pdl_launch_dependents();
-  __shared__ float red[32];
-  extern __shared__ float sm[];  // [kv_lora] q_lat | [rope] q_rope | [T] scores
-  const int r = blockIdx.x, head = blockIdx.y;
-  const int L = a.kv_lora, R = a.rope, W = L + R;
-  const int T = rows.pos[r] + 1;
-  float* ql = sm;
-  float* qr = sm + L;
-  float* p = sm + L + R;
-  for (int i = threadIdx.x; i < L; i += blockDim.x) ql[i] = q_lat[(int64_t(r) * a.n_head + head) * L + i];
-  for (int i = threadIdx.x; i < R; i += blockDim.x) qr[i] = q_rope[(int64_t(r) * a.n_head + head) * R + i];
-  __syncthreads();
-  const float* cache = a.cache + int64_t(rows.seq[r]) * rows.ctx * W;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nw = blockDim.x / kWarp;
-  for (int t = warp; t < T; t += nw) {
-    const float* ct = cache + int64_t(t) * W;
-    float s1 = 0.0f, s2 = 0.0f;
-    for (int d = lane; d < L; d += kWarp) s1 += ql[d] * ct[d];
-    for (int d = lane; d < R; d += kWarp) s2 += qr[d] * ct[L + d];
-    s1 = warp_sum(s1);
-    s2 = warp_sum(s2);
-    if (lane == 0) p[t] = (s1 + s2) * scale;
+  extern __shared__ float sm[];
+  __shared__ int last;
+  const int r = blockIdx.x, tile = blockIdx.y, split = blockIdx.z;
+  const int L = a.kv_lora, R = a.rope, W = L + R, nh = a.n_head;
+  const int h0 = tile * kMlaHeads, hn = min(kMlaHeads, nh - h0);
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const MlaSmem o(L, R, splits);
+  float *ql = sm + o.ql, *qr = sm + o.qr, *p = sm + o.p, *mrun = sm + o.m, *lrun = sm + o.l, *alpha = sm + o.alpha;
+  const int pos = rows.pos[r];
+  const int T = pos + 1;
+  // A short context uses fewer of the grid's splits (the rest leave at once): no chunk shorter than
+  // kMlaMinChunk positions, and one block writes the answer directly when one chunk is all there is.
+  const int used = min(splits, (T + kMlaMinChunk - 1) / kMlaMinChunk);
+  if (split >= used) return;
+  const int chunk = (T + used - 1) / used;
+  const int tb = min(T, split * chunk), te = min(T, tb + chunk);
+
+  // The tile's queries (q_rope rotated here); heads past the model's last score zeros, never stored.
+  for (int i = tid; i < kMlaHeads * L; i += kMlaThreads) {
+    const int h = i / L;
+    ql[i] = h < hn ? q_lat[(int64_t(r) * nh + h0 + h) * L + i % L] : 0.0f;
+  }
+  const int half = R / 2;
+  for (int i = tid; i < kMlaHeads * half; i += kMlaThreads) {
+    const int h = i / half, j = i % half;
+    float* dst = qr + h * R;
+    if (h >= hn) {
+      dst[j] = dst[half + j] = 0.0f;
+      continue;
+    }
+    const float* src = q + int64_t(r) * q_stride + int64_t(h0 + h) * (a.nope + R) + a.nope;
+    const float x0 = rope.interleaved ? src[2 * j] : src[j];
+    const float x1 = rope.interleaved ? src[2 * j + 1] : src[half + j];
+    const float c = rope.cos[int64_t(pos) * half + j], s = rope.sin[int64_t(pos) * half + j];
+    dst[j] = x0 * c - x1 * s;
+    dst[half + j] = x1 * c + x0 * s;
+  }
+  if (tid < kMlaHeads) {
+    mrun[tid] = -INFINITY;
+    lrun[tid] = 0.0f;
   }
   __syncthreads();
-  block_softmax(p, T, red);
-  float* o = o_lat + (int64_t(r) * a.n_head + head) * L;
-  for (int c = threadIdx.x; c < L; c += blockDim.x) {
-    float acc = 0.0f;
+
+  const float* cache = a.cache + int64_t(rows.seq[r]) * rows.ctx * W;
+  float acc[kMlaHeads][C] = {};
+  for (int t0 = tb; t0 < te; t0 += kMlaTile) {
+    const int nt = min(kMlaTile, te - t0);
+    // Scores: a warp per position, every head of the tile from one read of the cached row.
+    for (int tt = warp; tt < nt; tt += kMlaWarps) {
+      const float* ct = cache + int64_t(t0 + tt) * W;
+      float s[kMlaHeads] = {};
+#pragma unroll 2
+      for (int d = lane; d < L; d += kWarp) {
+        const float cv = ct[d];
+#pragma unroll
+        for (int h = 0; h < kMlaHeads; ++h) s[h] += ql[h * L + d] * cv;
+      }
+      for (int d = lane; d < R; d += kWarp) {
+        const float cv = ct[L + d];
+#pragma unroll
+        for (int h = 0; h < kMlaHeads; ++h) s[h] += qr[h * R + d] * cv;
+      }
+#pragma unroll
+      for (int h = 0; h < kMlaHeads; ++h) {
+        const float v = warp_sum(s[h]);
+        if (lane == h) p[h * kMlaTile + tt] = v * scale;
+      }
+    }
+    __syncthreads();
+    // Online softmax step: a warp per head, a lane per position.
+    for (int h = warp; h < hn; h += kMlaWarps) {
+      const float sv = lane < nt ? p[h * kMlaTile + lane] : -INFINITY;
+      const float m_old = mrun[h], m_new = fmaxf(m_old, warp_max(sv));
+      const float e = lane < nt ? expf(sv - m_new) : 0.0f;
+      const float sum = warp_sum(e);
+      p[h * kMlaTile + lane] = e;
+      if (lane == 0) {
+        const float al = expf(m_old - m_new);  // 0 on the first step (m_old = -inf)
+        alpha[h] = al;
+        lrun[h] = lrun[h] * al + sum;
+        mrun[h] = m_new;
+      }
+    }
+    __syncthreads();
+    // Weighted sum: a thread per latent column, every head of the tile from one read.
+#pragma unroll
+    for (int k = 0; k < C; ++k) {
+      const int c = tid + k * kMlaThreads;
+      if (c >= L) break;
+#pragma unroll
+      for (int h = 0; h < kMlaHeads; ++h) acc[h][k] *= alpha[h];
 #pragma unroll 4
-    for (int t = 0; t < T; ++t) acc += p[t] * cache[int64_t(t) * W + c];
-    o[c] = acc;
+      for (int tt = 0; tt < nt; ++tt) {
+        const float v = cache[int64_t(t0 + tt) * W + c];
+#pragma unroll
+        for (int h = 0; h < kMlaHeads; ++h) acc[h][k] += p[h * kMlaTile + tt] * v;
+      }
+    }
+    __syncthreads();
+  }
+
+  // One split: the answer, normalised. Several: this split's partial, [kMlaHeads][L + 2] =
+  // unnormalised sums | max | sum, for the last block to combine.
+  const bool direct = used == 1;
+  const int64_t rt = int64_t(r) * gridDim.y + tile;
+  float* part = sc.part + (rt * splits + split) * int64_t(kMlaHeads) * (L + 2);
+  float* dst = direct ? o_lat + (int64_t(r) * nh + h0) * L : part;
+  const int ld = direct ? L : L + 2;
+#pragma unroll
+  for (int k = 0; k < C; ++k) {
+    const int c = tid + k * kMlaThreads;
+    if (c >= L) break;
+#pragma unroll
+    for (int h = 0; h < kMlaHeads; ++h)
+      if (h < hn) dst[h * ld + c] = direct ? acc[h][k] / lrun[h] : acc[h][k];
+  }
+  if (direct) return;
+  if (tid < hn) {
+    part[tid * (L + 2) + L] = mrun[tid];
+    part[tid * (L + 2) + L + 1] = lrun[tid];
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int ticket = atomicAdd(&sc.tickets[rt], 1);
+    last = ticket == used - 1;
+    if (last) sc.tickets[rt] = 0;  // ready for the next launch (stream-ordered after this one)
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // The last block combines the splits of every head, in split order.
+  const float* base = sc.part + rt * splits * int64_t(kMlaHeads) * (L + 2);
+  float *wgt = sm + o.wgt, *den = sm + o.den;
+  if (tid < hn) {
+    const int h = tid;
+    float ms[kMaxMlaSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxMlaSplits; ++s)
+      ms[s] = s < used ? __ldcg(base + (int64_t(s) * kMlaHeads + h) * (L + 2) + L) : -INFINITY;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxMlaSplits; ++s) m_all = fmaxf(m_all, ms[s]);
+    float d = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxMlaSplits; ++s) {
+      if (s >= used) break;
+      const float w = expf(ms[s] - m_all);
+      wgt[h * splits + s] = w;
+      d += w * __ldcg(base + (int64_t(s) * kMlaHeads + h) * (L + 2) + L + 1);
+    }
+    den[h] = d;
+  }
+  __syncthreads();
+  for (int i = tid; i < hn * L; i += kMlaThreads) {
+    const int h = i / L, c = i % L;
+    float v[kMaxMlaSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxMlaSplits; ++s)  // all loads in flight at once
+      v[s] = s < used ? __ldcg(base + (int64_t(s) * kMlaHeads + h) * (L + 2) + c) : 0.0f;
+    float acc = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxMlaSplits; ++s)
+      if (s < used) acc += wgt[h * splits + s] * v[s];
+    o_lat[(int64_t(r) * nh + h0 + h) * L + c] = acc / den[h];
   }
 }
 
@@ -216,34 +360,37 @@ void launch_mla_prep(const MlaArgs& a, const RowInfo& rows, const RopeTables& ro
   launch_kernel(mla_prep_kernel, rows.n, 256, size_t(rope.dim) * 4, stream, a, rows, rope);
 }
 
-void launch_mla_q(const MlaArgs& a, const float* q, int64_t q_stride, const void* kv_b, WType wt,
-                  const RowInfo& rows, const RopeTables& rope, float* q_lat, float* q_rope, cudaStream_t stream) {
-  if (rows.n == 0) return;
-  const size_t smem = size_t(a.nope + 2 * a.rope) * 4;
-  dim3 grid(rows.n, a.n_head, (a.kv_lora + 127) / 128);  // one latent column per thread
-  switch (wt) {
-    case WType::kF32:
-      launch_kernel(mla_q_kernel<float>, grid, 128, smem, stream, a, q, q_stride, static_cast<const float*>(kv_b),
-                    rows, rope, q_lat, q_rope);
-      break;
-    case WType::kBF16:
-      launch_kernel(mla_q_kernel<__nv_bfloat16>, grid, 128, smem, stream, a, q, q_stride,
-                    static_cast<const __nv_bfloat16*>(kv_b), rows, rope, q_lat, q_rope);
-      break;
-    case WType::kF16:
-      launch_kernel(mla_q_kernel<__half>, grid, 128, smem, stream, a, q, q_stride, static_cast<const __half*>(kv_b),
-                    rows, rope, q_lat, q_rope);
-      break;
-  }
+MlaScratchSize mla_scratch_size(int n_sm, int kv_lora) {
+  MlaScratchSize z;
+  z.target = 2 * n_sm;
+  // A split launch has pairs < target (row, head tile) pairs and ceil(target / pairs) splits each:
+  // fewer than 2 · target blocks.
+  z.blocks = 2 * z.target;
+  z.part_floats = size_t(z.blocks) * kMlaHeads * size_t(kv_lora + 2);
+  z.tickets = z.target;
+  return z;
 }
 
-void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_lat, const float* q_rope,
-                          float scale, float* o_lat, cudaStream_t stream) {
+void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_lat, const float* q, int64_t q_stride,
+                          const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc,
+                          cudaStream_t stream) {
   if (rows.n == 0) return;
-  const size_t smem = size_t(a.kv_lora + a.rope + rows.ctx) * 4;
-  allow_smem(attention_mla_kernel, smem);
-  launch_kernel(attention_mla_kernel, dim3(rows.n, a.n_head), kAttnThreads, smem, stream, a, rows, q_lat, q_rope,
-                scale, o_lat);
+  const int tiles = (a.n_head + kMlaHeads - 1) / kMlaHeads;
+  const int pairs = rows.n * tiles;
+  int splits = 1;
+  if (sc.part && pairs < sc.target) splits = std::min(kMaxMlaSplits, (sc.target + pairs - 1) / pairs);
+  TANDEM_CUDA_REQUIRE(splits == 1 || (pairs <= sc.tickets_n && pairs * splits <= sc.blocks), "MLA split scratch too small");
+  TANDEM_CUDA_REQUIRE(a.rope % 2 == 0 && a.rope == rope.dim, "rotary width");
+  const size_t smem = size_t(MlaSmem(a.kv_lora, a.rope, splits).total) * 4;
+  const dim3 grid(rows.n, tiles, splits);
+  auto go = [&](auto kernel) {
+    allow_smem(kernel, smem);
+    launch_kernel(kernel, grid, kMlaThreads, smem, stream, a, rows, q_lat, q, q_stride, rope, scale, o_lat, sc, splits);
+  };
+  if (a.kv_lora <= kMlaThreads) go(attention_mla_kernel<1>);
+  else if (a.kv_lora <= 2 * kMlaThreads) go(attention_mla_kernel<2>);
+  else if (a.kv_lora <= 4 * kMlaThreads) go(attention_mla_kernel<4>);
+  else TANDEM_CUDA_REQUIRE(false, "kv_lora_rank above 1024");
 }
 
 }  // namespace tandem::cuda

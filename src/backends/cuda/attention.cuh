@@ -2,8 +2,9 @@
 // sequence, whose keys were written to the cache by the prep kernel of the same step):
 //  - GQA: prep (clip, q/k RMSNorm, RoPE, K/V cache write) and attention over the f32 K/V cache;
 //  - MLA, absorbed form as the CPU engine: the cache holds per token the normalised latent [kv_lora]
-//    and the rotary key [rope]; q_nope is pulled into latent space through kv_b (W_uk), attention
-//    runs there, and the latent output is expanded by W_uv (a batched launch_linear over heads).
+//    and the rotary key [rope]; q_nope is pulled into latent space through W_uk (a batched
+//    launch_linear over heads on a transposed copy of it), attention runs there, and the latent
+//    output is expanded by W_uv (another batched launch_linear).
 // Positions and sequence slots are read from device memory, so a captured graph serves every step.
 // KV cache layout: [slots, ctx, width] per layer (GQA keeps K and V in two such arrays).
 #pragma once
@@ -58,14 +59,31 @@ struct MlaArgs {
 // Normalises q_a (when q_lora) in place; writes the normalised latent and the rotated key to the cache.
 void launch_mla_prep(const MlaArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream);
 
-// q: [n, n_head * (nope + rope)] rows q_stride apart. kv_b: [n_head * (nope + v), kv_lora] in wt.
-// q_lat: [n, n_head, kv_lora] = W_ukᵀ q_nope per head; q_rope: [n, n_head, rope] rotated.
-void launch_mla_q(const MlaArgs& a, const float* q, int64_t q_stride, const void* kv_b, WType wt,
-                  const RowInfo& rows, const RopeTables& rope, float* q_lat, float* q_rope, cudaStream_t stream);
+// MLA attention: heads per block, and the most blocks one row's positions are split over.
+constexpr int kMlaHeads = 16;
+constexpr int kMaxMlaSplits = 16;
+// Where split blocks leave their partial results: part [blocks][kMlaHeads][kv_lora + 2] floats and
+// tickets [tickets] ints, zero before the first launch (each launch leaves them zero). A launch splits
+// a row's positions over several blocks only when the step has fewer than `target` (row, head tile)
+// pairs; null `part`: never.
+struct MlaScratch {
+  float* part = nullptr;
+  int* tickets = nullptr;
+  int blocks = 0, tickets_n = 0, target = 0;
+};
+struct MlaScratchSize {
+  size_t part_floats = 0;
+  int blocks = 0, tickets = 0, target = 0;
+};
+// What MlaScratch needs on a device of n_sm multiprocessors (target: two blocks per multiprocessor).
+MlaScratchSize mla_scratch_size(int n_sm, int kv_lora);
 
-// o_lat: [n, n_head, kv_lora] = Σ_t softmax((q_lat·c_t + q_rope·k_t) · scale) c_t.
-void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_lat, const float* q_rope,
-                          float scale, float* o_lat, cudaStream_t stream);
+// o_lat: [n, n_head, kv_lora] = Σ_t softmax((q_lat·c_t + rot(q_rope)·k_t) · scale) c_t over t ≤ pos.
+// q_lat: [n, n_head, kv_lora] (q_nope absorbed through W_uk); q: the query rows [n, n_head · (nope +
+// rope)], q_stride apart, whose rope parts are rotated here at each row's position.
+void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_lat, const float* q, int64_t q_stride,
+                          const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc,
+                          cudaStream_t stream);
 
 // Largest cache capacity (positions) the attention kernels accept (their scores live in shared memory).
 int max_attention_ctx(int kv_lora);

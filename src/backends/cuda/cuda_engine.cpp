@@ -45,9 +45,10 @@ class CudaEngine final : public Engine {
   void ensure_rows(int n);
   void drop_graphs();
   void enqueue_step(int n, int nw, bool hooked, bool checking);
-  void attention_gqa(int64_t l, const RowInfo& rows);
-  void attention_mla(int64_t l, const RowInfo& rows);
-  void moe(int64_t l, int n, bool hooked, bool checking);
+  // fuse_norm: the first projection applies the layer's RMSNorm itself (no rms_norm launch before).
+  void attention_gqa(int64_t l, const RowInfo& rows, bool fuse_norm);
+  void attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm);
+  void moe(int64_t l, int n, bool hooked, bool checking, bool fuse_norm);
   void dense_mlp(int64_t l, int n);
   template <class T>
   T* scratch(size_t count);
@@ -78,10 +79,11 @@ class CudaEngine final : public Engine {
   int32_t* h_meta_ = nullptr;  // pinned mirror
   float* h_logits_ = nullptr;  // pinned [R, V]
   float *x_ = nullptr, *h_ = nullptr, *hf_ = nullptr, *in_ = nullptr, *q_ = nullptr, *q_lat_ = nullptr,
-        *q_rope_ = nullptr, *o_lat_ = nullptr, *att_ = nullptr, *gate_logits_ = nullptr, *wts_ = nullptr,
+        *o_lat_ = nullptr, *att_ = nullptr, *gate_logits_ = nullptr, *wts_ = nullptr,
         *hbuf_ = nullptr, *slot_out_ = nullptr, *moe_out_ = nullptr, *logits_d_ = nullptr;
   int32_t* ids_ = nullptr;
   MoeWork work_;
+  MlaScratch mla_scratch_;  // split MLA attention's partials (allocated once: sized by the device)
   int max_active_ = 0;
 
   std::map<int, int> seen_;                   // decode steps run per batch size (capture on the second)
@@ -113,6 +115,7 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
   const int max_ctx = max_attention_ctx(int(c_.kv_lora_rank));
   if (ctx_ > max_ctx) fail("context {} exceeds the CUDA engine's limit of {} positions", ctx_, max_ctx);
   if (c_.n_group > 32) fail("n_group {} exceeds the GPU router's limit of 32", c_.n_group);
+  if (c_.n_expert_used > 16) fail("{} experts per token exceed the GPU router's limit of 16", c_.n_expert_used);
   std::vector<std::vector<int32_t>> cold;
   const bool uses_peer = cuda_.lane == CudaLane::kPeer || cuda_.lane == CudaLane::kSplit;
   if (cuda_.lane != CudaLane::kLocal) {
@@ -209,6 +212,15 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
   TANDEM_CUDA_CHECK(cudaMemcpy(d_cos, cs.data(), cs.size() * 4, cudaMemcpyHostToDevice));
   TANDEM_CUDA_CHECK(cudaMemcpy(d_sin, sn.data(), sn.size() * 4, cudaMemcpyHostToDevice));
   rope_ = {d_cos, d_sin, dim, c_.mla && c_.rope_interleave};
+  if (c_.mla) {
+    int n_sm = 0;
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, cuda_.device));
+    const MlaScratchSize z = mla_scratch_size(n_sm, int(c_.kv_lora_rank));
+    mla_scratch_.part = w_->alloc_f32(z.part_floats);
+    mla_scratch_.tickets = reinterpret_cast<int*>(w_->alloc_f32(size_t(z.tickets)));
+    TANDEM_CUDA_CHECK(cudaMemset(mla_scratch_.tickets, 0, size_t(z.tickets) * sizeof(int)));
+    mla_scratch_.blocks = z.blocks, mla_scratch_.tickets_n = z.tickets, mla_scratch_.target = z.target;
+  }
 
   live_.assign(size_t(options_.max_seqs), false);
   len_.assign(size_t(options_.max_seqs), 0);
@@ -278,7 +290,6 @@ void CudaEngine::ensure_rows(int n) {
     q_ = scratch<float>(R8 * nh * (c_.qk_nope_head_dim + c_.qk_rope_head_dim));
     q_lat_ = scratch<float>(R8 * nh * c_.kv_lora_rank);
     o_lat_ = scratch<float>(R8 * nh * c_.kv_lora_rank);
-    q_rope_ = scratch<float>(R8 * nh * c_.qk_rope_head_dim);
   }
   const size_t slots = R8 * size_t(kS_);
   hbuf_ = scratch<float>(std::max(slots, R8) * max_inter_);
@@ -392,21 +403,23 @@ void CudaEngine::enqueue_step(int n, int nw, bool hooked, bool checking) {
   const RowInfo rows{d_meta_ + 2 * R_, d_meta_ + R_, n, ctx_};
   launch_embedding(w_->embed.p, w_->embed.wt, H_, d_meta_, n, x_, stream_);
   const float eps = c_.rms_norm_eps;
+  // Small steps fold each RMSNorm into the projection that reads its output (one launch fewer each).
+  const bool fuse = n <= kLinearNormRows;
   for (int64_t l = 0; l < c_.n_layer; ++l) {
     const DLayer& L = w_->layers[size_t(l)];
-    launch_rms_norm(x_, H_, nullptr, n, H_, L.attn_norm, eps, h_, H_, stream_);
+    if (!fuse) launch_rms_norm(x_, H_, nullptr, n, H_, L.attn_norm, eps, h_, H_, stream_);
     if (c_.mla)
-      attention_mla(l, rows);
+      attention_mla(l, rows, fuse);
     else
-      attention_gqa(l, rows);
+      attention_gqa(l, rows, fuse);
     LinearArgs o;
     o.x = att_, o.x_stride = att_width_, o.n = n;
     o.w = L.o.p, o.wt = L.o.wt, o.M = H_, o.K = att_width_, o.w_ld = att_width_;
     o.y = x_, o.y_stride = H_, o.accumulate = true;
     launch_linear(o, stream_);
-    launch_rms_norm(x_, H_, nullptr, n, H_, L.ffn_norm, eps, h_, H_, stream_);
+    if (!(fuse && L.moe)) launch_rms_norm(x_, H_, nullptr, n, H_, L.ffn_norm, eps, h_, H_, stream_);
     if (L.moe)
-      moe(l, n, hooked, checking);
+      moe(l, n, hooked, checking, fuse);
     else
       dense_mlp(l, n);
   }
@@ -418,10 +431,11 @@ void CudaEngine::enqueue_step(int n, int nw, bool hooked, bool checking) {
   launch_linear(lm, stream_);
 }
 
-void CudaEngine::attention_gqa(int64_t l, const RowInfo& rows) {
+void CudaEngine::attention_gqa(int64_t l, const RowInfo& rows, bool fuse_norm) {
   const DLayer& L = w_->layers[size_t(l)];
   LinearArgs in;
   in.x = h_, in.x_stride = H_, in.n = rows.n;
+  if (fuse_norm) in.x = x_, in.norm_w = L.attn_norm, in.norm_eps = c_.rms_norm_eps;
   in.w = L.in_proj.p, in.wt = L.in_proj.wt, in.M = in_width_, in.K = H_, in.w_ld = H_;
   in.y = in_, in.y_stride = in_width_;
   launch_linear(in, stream_);
@@ -440,12 +454,13 @@ void CudaEngine::attention_gqa(int64_t l, const RowInfo& rows) {
   launch_attention_gqa(a, rows, scale_, att_, stream_);
 }
 
-void CudaEngine::attention_mla(int64_t l, const RowInfo& rows) {
+void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm) {
   const DLayer& L = w_->layers[size_t(l)];
   const int nh = int(c_.n_head), nope = int(c_.qk_nope_head_dim), rope = int(c_.qk_rope_head_dim);
   const int vd = int(c_.v_head_dim), lora = int(c_.kv_lora_rank), qk = nope + rope;
   LinearArgs in;
   in.x = h_, in.x_stride = H_, in.n = rows.n;
+  if (fuse_norm) in.x = x_, in.norm_w = L.attn_norm, in.norm_eps = c_.rms_norm_eps;
   in.w = L.in_proj.p, in.wt = L.in_proj.wt, in.M = in_width_, in.K = H_, in.w_ld = H_;
   in.y = in_, in.y_stride = in_width_;
   launch_linear(in, stream_);
@@ -468,8 +483,14 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows) {
     q = q_;
     q_stride = nh * qk;
   }
-  launch_mla_q(a, q, q_stride, L.kv_b.p, L.kv_b.wt, rows, rope_, q_lat_, q_rope_, stream_);
-  launch_attention_mla(a, rows, q_lat_, q_rope_, scale_, o_lat_, stream_);
+  // q_lat[:, head, :] = W_uk[head]ᵀ · q_nope[:, head], one batched launch over heads (W_uk stored transposed).
+  LinearArgs uk;
+  uk.x = q, uk.x_stride = q_stride, uk.n = rows.n;
+  uk.w = L.uk_t.p, uk.wt = L.uk_t.wt, uk.M = lora, uk.K = nope, uk.w_ld = nope;
+  uk.y = q_lat_, uk.y_stride = int64_t(nh) * lora;
+  uk.batch = nh, uk.x_bstride = qk, uk.w_bstride = int64_t(lora) * nope, uk.y_bstride = lora;
+  launch_linear(uk, stream_);
+  launch_attention_mla(a, rows, q_lat_, q, q_stride, rope_, scale_, o_lat_, mla_scratch_, stream_);
   // att[:, head, :] = W_uv[head] · o_lat[:, head, :], one batched launch over heads.
   LinearArgs up;
   up.x = o_lat_, up.x_stride = int64_t(nh) * lora, up.n = rows.n;
@@ -480,10 +501,12 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows) {
   launch_linear(up, stream_);
 }
 
-void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking) {
+void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_norm) {
   const DLayer& L = w_->layers[size_t(l)];
   LinearArgs g;
   g.x = h_, g.x_stride = H_, g.n = n;
+  if (fuse_norm)  // the router normalises x itself and leaves the normalised rows in h for the experts
+    g.x = x_, g.norm_w = L.ffn_norm, g.norm_eps = c_.rms_norm_eps, g.norm_out = h_, g.norm_out_stride = H_;
   g.w = L.router.p, g.wt = L.router.wt, g.M = E_, g.K = H_, g.w_ld = H_;
   g.y = gate_logits_, g.y_stride = E_;
   launch_linear(g, stream_);

@@ -37,6 +37,7 @@ DeviceWeights::DeviceWeights(const Model& model, const std::vector<std::vector<i
       }
       L.kv_a_norm = upload_f32(a.kv_a_norm);
       L.kv_b = upload({&a.kv_b}, "kv_b_proj");
+      L.uk_t = upload_uk_t(a.kv_b, int(c.n_head), int(c.qk_nope_head_dim), int(c.v_head_dim));
     } else {
       L.in_proj = upload({&a.q, &a.k, &a.v}, "q_proj/k_proj/v_proj");
       if (!a.q_norm.empty()) L.q_norm = upload_f32(a.q_norm);
@@ -175,6 +176,29 @@ DMat DeviceWeights::upload(std::initializer_list<const TensorView*> parts, const
     TANDEM_CUDA_CHECK(cudaMemcpy(d, p->data, p->nbytes(), cudaMemcpyHostToDevice));
     d += p->nbytes();
   }
+  return m;
+}
+
+DMat DeviceWeights::upload_uk_t(const TensorView& kv_b, int n_head, int nope, int v_dim) {
+  DMat m;
+  m.wt = wtype_of(kv_b.dtype, "kv_b_proj");
+  const int lora = int(kv_b.cols());
+  TANDEM_ASSERT(kv_b.rows() == int64_t(n_head) * (nope + v_dim), "kv_b_proj: {} rows for {} heads", kv_b.rows(), n_head);
+  const size_t es = wtype_size(m.wt);
+  m.rows = n_head * lora;
+  m.cols = nope;
+  // Head h's W_uk is rows [h·(nope + v), h·(nope + v) + nope) of kv_b: [nope, lora]; stored [lora, nope].
+  std::vector<char> t(size_t(m.rows) * size_t(nope) * es);
+  const char* src = static_cast<const char*>(kv_b.data);
+  for (int h = 0; h < n_head; ++h)
+    for (int d = 0; d < nope; ++d) {
+      const char* row = src + (size_t(h) * size_t(nope + v_dim) + size_t(d)) * size_t(lora) * es;
+      for (int c = 0; c < lora; ++c)
+        std::memcpy(&t[((size_t(h) * size_t(lora) + size_t(c)) * size_t(nope) + size_t(d)) * es], row + size_t(c) * es, es);
+    }
+  void* d = mem_.device(t.size(), "kv_b_proj (W_uk transposed)");
+  TANDEM_CUDA_CHECK(cudaMemcpy(d, t.data(), t.size(), cudaMemcpyHostToDevice));
+  m.p = d;
   return m;
 }
 

@@ -26,6 +26,7 @@ struct DLayer {
   DMat in_proj;                      // GQA [q; k; v]; MLA [q_a (or q); kv_a]
   DMat q_b;                          // MLA with q_lora
   DMat kv_b;                         // MLA [n_head * (nope + v), kv_lora]
+  DMat uk_t;                         // MLA W_uk per head transposed: [n_head * kv_lora, nope] (query absorption)
   DMat o;                            // [H, n_head * v_width]
   const float* q_norm = nullptr;     // GQA q/k norms, f32
   const float* k_norm = nullptr;
@@ -101,6 +102,7 @@ class DeviceWeights {
  private:
   DMat upload(std::initializer_list<const TensorView*> parts, const char* what);
   const float* upload_f32(const TensorView& v);
+  DMat upload_uk_t(const TensorView& kv_b, int n_head, int nope, int v_dim);
   ExpertTable upload_experts(const std::vector<const ExpertWeights*>& experts, const std::vector<bool>& cold,
                              int n_routed, DLayer& L, int64_t layer);
 

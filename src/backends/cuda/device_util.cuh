@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace tandem::cuda {
 
@@ -93,12 +94,27 @@ __device__ __forceinline__ float block_max(float v, float* red) {
   return warp_max(t);
 }
 
+// Calls f(std::integral_constant<int, R>) with R, the activation rows per pass of a GEMV-like kernel,
+// the smallest of 1, 2, 4, 8 that covers n rows (at least 8 for more): fewer rows per pass need
+// fewer registers, so a small step's kernel keeps more warps and loads in flight. A row's sum runs in
+// the same order whatever R is (bitwise the same results).
+template <class F>
+void with_rows(int n, F&& f) {
+  if (n <= 1) f(std::integral_constant<int, 1>{});
+  else if (n <= 2) f(std::integral_constant<int, 2>{});
+  else if (n <= 4) f(std::integral_constant<int, 4>{});
+  else f(std::integral_constant<int, 8>{});
+}
+
 // acc[w][r] += Σ_k W_w[k] · x_r[k] for NW weight rows (sharing the activation loads) and nr ≤ R
 // activation rows, partial per lane (reduce with warp_sum afterwards). `vec`: W rows and x rows are
 // 16-byte aligned and K is a multiple of vec_of<T>() (then 16-byte loads; else a scalar loop).
-template <class T, int NW, int R>
+// kNorm: each x_r is RMS-normalised on the fly, x_r[k] · scale[r] · nw[k] (the rounding of
+// rms_norm_kernel's output), nw 16-byte aligned.
+template <class T, int NW, int R, bool kNorm = false>
 __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, const float* const (&x)[R], int nr,
-                                              bool vec, float (&acc)[NW][R]) {
+                                              bool vec, float (&acc)[NW][R], const float* nw = nullptr,
+                                              const float* scale = nullptr) {
   const int lane = threadIdx.x % kWarp;
   if (vec) {
     constexpr int V = vec_of<T>();
@@ -114,6 +130,11 @@ __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, co
 #pragma unroll
           for (int q = 0; q < V / 4; ++q) {
             float4 xv = xp[q];
+            if constexpr (kNorm) {
+              const float4 g = reinterpret_cast<const float4*>(nw + k)[q];
+              const float s = scale[r];
+              xv = make_float4(xv.x * s * g.x, xv.y * s * g.y, xv.z * s * g.z, xv.w * s * g.w);
+            }
 #pragma unroll
             for (int i = 0; i < NW; ++i)
               acc[i][r] += wf[i][4 * q] * xv.x + wf[i][4 * q + 1] * xv.y + wf[i][4 * q + 2] * xv.z +
@@ -129,9 +150,12 @@ __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, co
       for (int i = 0; i < NW; ++i) wf[i] = to_f32(w[i][k]);
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        if (r < nr)
+        if (r < nr) {
+          float xv = x[r][k];
+          if constexpr (kNorm) xv = xv * scale[r] * nw[k];
 #pragma unroll
-          for (int i = 0; i < NW; ++i) acc[i][r] += wf[i] * x[r][k];
+          for (int i = 0; i < NW; ++i) acc[i][r] += wf[i] * xv;
+        }
     }
   }
 }

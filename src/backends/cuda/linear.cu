@@ -8,7 +8,6 @@ namespace tandem::cuda {
 namespace {
 
 constexpr int kLinearWarps = 8;
-constexpr int kRows = 8;
 
 // Asks L2 for the K weights at row (one 128-byte line per lane and step), warp-wide.
 template <class T>
@@ -19,7 +18,7 @@ __device__ __forceinline__ void prefetch_row_l2(const T* row, int K) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
 }
 
-template <class T>
+template <class T, int kRows, bool kNorm>
 __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs a, bool vec) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int m = blockIdx.x * kLinearWarps + warp;
@@ -31,9 +30,28 @@ __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs
   if (m < a.M) prefetch_row_l2(w[0], a.K);
   pdl_wait();
   pdl_launch_dependents();
-  if (m >= a.M) return;
   const float* xb = a.x + b * a.x_bstride;
   float* yb = a.y + b * a.y_bstride;
+  __shared__ float scale[kRows];
+  if constexpr (kNorm) {
+    // RMSNorm of the step's rows (n ≤ kRows ≤ kLinearWarps: a warp per row), as rms_norm_kernel
+    // computes it (sum of squares in f64), then this block's share of the normalised rows to norm_out.
+    if (warp < a.n) {
+      const float* xr = xb + int64_t(warp) * a.x_stride;
+      double ss = 0.0;
+      for (int i = lane; i < a.K; i += kWarp) ss += double(xr[i]) * xr[i];
+      ss = warp_sum(ss);
+      if (lane == 0) scale[warp] = float(1.0 / sqrt(ss / double(a.K) + double(a.norm_eps)));
+    }
+    __syncthreads();
+    if (a.norm_out) {
+      const int per = (a.K + gridDim.x - 1) / gridDim.x, i0 = blockIdx.x * per, i1 = min(a.K, i0 + per);
+      for (int r = 0; r < a.n; ++r)
+        for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x)
+          a.norm_out[int64_t(r) * a.norm_out_stride + i] = xb[int64_t(r) * a.x_stride + i] * scale[r] * a.norm_w[i];
+    }
+  }
+  if (m >= a.M) return;
   for (int r0 = 0; r0 < a.n; r0 += kRows) {
     const int nr = min(kRows, a.n - r0);
     const float* x[kRows];
@@ -43,7 +61,7 @@ __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs
       x[r] = xb + int64_t(a.x_rows ? a.x_rows[row] : row) * a.x_stride;
     }
     float acc[1][kRows] = {};
-    warp_dot_rows<T, 1, kRows>(w, a.K, x, nr, vec, acc);
+    warp_dot_rows<T, 1, kRows, kNorm>(w, a.K, x, nr, vec, acc, a.norm_w, scale);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r >= nr) break;
@@ -66,6 +84,7 @@ __global__ void embedding_kernel(const T* embed, int H, const int32_t* tokens, f
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+static_assert(kLinearNormRows <= kLinearWarps, "a warp per normalised row");
 
 }  // namespace
 
@@ -75,13 +94,20 @@ void launch_linear(const LinearArgs& a, cudaStream_t stream) {
   const bool vec = a.K % V == 0 && a.w_ld % V == 0 && a.w_bstride % V == 0 && a.x_stride % 4 == 0 &&
                    a.x_bstride % 4 == 0 && aligned16(a.w) && aligned16(a.x);
   dim3 grid((a.M + kLinearWarps - 1) / kLinearWarps, a.batch);
-  switch (a.wt) {
-    case WType::kF32: launch_kernel(linear_kernel<float>, grid, kLinearWarps * kWarp, 0, stream, a, vec); break;
-    case WType::kBF16:
-      launch_kernel(linear_kernel<__nv_bfloat16>, grid, kLinearWarps * kWarp, 0, stream, a, vec);
-      break;
-    case WType::kF16: launch_kernel(linear_kernel<__half>, grid, kLinearWarps * kWarp, 0, stream, a, vec); break;
-  }
+  const bool norm = a.norm_w != nullptr;
+  TANDEM_CUDA_REQUIRE(!norm || (a.n <= kLinearNormRows && !a.x_rows && a.batch == 1 && aligned16(a.norm_w)),
+                      "fused norm: at most kLinearNormRows plain rows, one problem");
+  with_rows(a.n, [&](auto rows) {
+    constexpr int R = decltype(rows)::value;
+    auto go = [&](auto kernel) { launch_kernel(kernel, grid, kLinearWarps * kWarp, 0, stream, a, vec); };
+    switch (a.wt) {
+      case WType::kF32: norm ? go(linear_kernel<float, R, true>) : go(linear_kernel<float, R, false>); break;
+      case WType::kBF16:
+        norm ? go(linear_kernel<__nv_bfloat16, R, true>) : go(linear_kernel<__nv_bfloat16, R, false>);
+        break;
+      case WType::kF16: norm ? go(linear_kernel<__half, R, true>) : go(linear_kernel<__half, R, false>); break;
+    }
+  });
 }
 
 void launch_embedding(const void* embed, WType wt, int H, const int32_t* tokens, int n, float* x,

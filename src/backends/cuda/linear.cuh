@@ -23,7 +23,16 @@ struct LinearArgs {
   // Independent problems along blockIdx.y (e.g. per attention head): offsets per batch index.
   int batch = 1;
   int64_t x_bstride = 0, w_bstride = 0, y_bstride = 0;  // floats, elements, floats
+  // RMSNorm fused in front (steps of at most kLinearNormRows rows, plain rows, batch 1): x is
+  // normalised on the fly with weights norm_w [K] (f32, 16-byte aligned) by launch_rms_norm's formula
+  // (its f64 sum of squares added in another order); norm_out (optional, rows norm_out_stride apart)
+  // receives the normalised rows, each block writing its share. Saves the norm's launch.
+  const float* norm_w = nullptr;
+  float norm_eps = 0.0f;
+  float* norm_out = nullptr;
+  int64_t norm_out_stride = 0;
 };
+constexpr int kLinearNormRows = 8;
 void launch_linear(const LinearArgs& a, cudaStream_t stream);
 
 // x[r, :] = embed[tokens[r], :] widened to f32. embed: [vocab, H] in `wt`; tokens: [n] (device).

@@ -237,8 +237,7 @@ TEST(GroupOp, EverySlotListedOnceUnderItsExpert) {
 
 // The fused route + group (decode steps of at most 32 rows) against route then group: the same ids
 // and weights bit for bit, the same active-expert lists, and per expert the same set of slots (the
-// order within one expert is free in both). n · kS ≤ 32 takes the one-warp grouping, n ≤ 32 the
-// block-wide one, n > 32 the two-launch path.
+// order within one expert is free in both). n > 32 takes the two-launch path.
 void check_route_group(const ModelConfig& c, const std::vector<float>& bias, int n, uint32_t seed) {
   const int E = int(c.n_expert), kS = int(c.n_expert_used) + 1, n_tot = E + 1, n_slots = n * kS;
   auto logits = test::random_floats(size_t(n) * E, seed, 2.0f);

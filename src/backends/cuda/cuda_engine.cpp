@@ -115,7 +115,6 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
   const int max_ctx = max_attention_ctx(int(c_.kv_lora_rank));
   if (ctx_ > max_ctx) fail("context {} exceeds the CUDA engine's limit of {} positions", ctx_, max_ctx);
   if (c_.n_group > 32) fail("n_group {} exceeds the GPU router's limit of 32", c_.n_group);
-  if (c_.n_expert_used > 16) fail("{} experts per token exceed the GPU router's limit of 16", c_.n_expert_used);
   std::vector<std::vector<int32_t>> cold;
   const bool uses_peer = cuda_.lane == CudaLane::kPeer || cuda_.lane == CudaLane::kSplit;
   if (cuda_.lane != CudaLane::kLocal) {

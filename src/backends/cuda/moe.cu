@@ -10,7 +10,6 @@ namespace tandem::cuda {
 namespace {
 
 constexpr int kRouteWarps = 4;
-constexpr int kMaxTopK = 16;  // experts per token the GPU router supports
 
 // Best (largest value, then lowest id) over v[0..n) across the warp; every lane gets the answer.
 __device__ void warp_argmax(const float* v, int n, float& best, int& best_id) {
@@ -93,37 +92,29 @@ __device__ void route_row(const RouteArgs& a, int r, float* scratch, float* grou
       if (!(sel >> (e / per_group) & 1u)) pick[e] = 0.0f;
   }
   __syncwarp();
-  // The picks stay in lane 0's registers (indices fixed after unrolling) until they are scaled.
-  float ksum = 0.0f, sel_w[kMaxTopK];
-  int sel_id[kMaxTopK];
-#pragma unroll
-  for (int j = 0; j < kMaxTopK; ++j) {
-    if (j >= a.k) break;
+  float ksum = 0.0f;
+  for (int j = 0; j < a.k; ++j) {
     float best;
     int id;
     warp_argmax(pick, E, best, id);
     __syncwarp();
-    sel_id[j] = id;
-    sel_w[j] = score[id];
     if (lane == 0) {
       pick[id] = -INFINITY;
-      ksum += sel_w[j];
+      ids[j] = id;
+      wts[j] = score[id];
+      ksum += score[id];
     }
     __syncwarp();
   }
   if (lane == 0) {
-#pragma unroll
-    for (int j = 0; j < kMaxTopK; ++j) {
-      if (j >= a.k) break;
-      float w = sel_w[j];
+    for (int j = 0; j < a.k; ++j) {
+      float w = wts[j];
       if (a.kind == RouteKind::kSoftmaxTopK) {
-        w = a.norm_topk ? w / ksum : w;
+        wts[j] = a.norm_topk ? w / ksum : w;
       } else {
         if (a.norm_topk) w /= (ksum + 1e-20f);
-        w = float(double(w) * a.routed_scaling);
+        wts[j] = float(double(w) * a.routed_scaling);
       }
-      ids[j] = sel_id[j];
-      wts[j] = w;
     }
     if (a.shared_slot) {
       ids[a.k] = E;
@@ -224,59 +215,6 @@ __global__ void __launch_bounds__(kGroupThreads)
   // The ids are in global memory, visible to the whole block after the barrier; sm is free again.
   __syncthreads();
   group_block(a.ids, a.n * (a.k + (a.shared_slot ? 1 : 0)), n_experts, cold_mask, w, reinterpret_cast<int*>(sm));
-}
-
-// route_kernel then the grouping, for steps of at most 32 slots (n · kS ≤ 32: one to four decode rows
-// of a top-6 model with a shared expert): warp r routes row r exactly as route_kernel does, then warp 0
-// groups the slots with one lane per slot (ballots and shuffles instead of block scans and atomics):
-// the same active-expert list, offsets and counts as group_block, each expert's slots in slot order,
-// the cold slots in slot order.
-__global__ void route_group_small_kernel(RouteArgs a, const uint8_t* cold_mask, MoeWork w) {
-  pdl_wait();
-  pdl_launch_dependents();
-  extern __shared__ float sm[];  // [n][2 · n_expert] route scratch
-  __shared__ float group_score[kWarp][32];
-  __shared__ uint32_t group_sel[kWarp];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (warp < a.n) route_row(a, warp, sm + warp * 2 * a.n_expert, group_score[warp], &group_sel[warp]);
-  __syncthreads();  // the ids (global memory) are visible to the block
-  if (warp != 0) return;
-  const int n_slots = a.n * (a.k + (a.shared_slot ? 1 : 0));
-  const bool valid = lane < n_slots;
-  const int e = valid ? a.ids[lane] : 0;
-  const bool cold = valid && cold_mask && cold_mask[e];
-  const bool hot = valid && !cold;
-  const uint32_t cold_b = __ballot_sync(0xffffffffu, cold), hot_b = __ballot_sync(0xffffffffu, hot);
-  const uint32_t below = (1u << lane) - 1u;
-  if (cold) w.cold_slots[__popc(cold_b & below)] = lane;
-  // less: hot slots of lower experts (where e's run starts); same: hot slots of e; before: those of
-  // them with a lower slot index.
-  int less = 0, same = 0, before = 0;
-  for (int j = 0; j < kWarp; ++j) {
-    const int ej = __shfl_sync(0xffffffffu, e, j);
-    if (hot_b >> j & 1u) {
-      less += ej < e;
-      same += ej == e;
-      before += ej == e && j < lane;
-    }
-  }
-  const bool leader = hot && before == 0;
-  const uint32_t lead_b = __ballot_sync(0xffffffffu, leader);
-  int rank = 0;  // distinct hot experts below e
-  for (int j = 0; j < kWarp; ++j) {
-    const int ej = __shfl_sync(0xffffffffu, e, j);
-    rank += (lead_b >> j & 1u) && ej < e;
-  }
-  if (hot) w.slot_list[less + before] = lane;
-  if (leader) {
-    w.act_expert[rank] = e;
-    w.act_offset[rank] = less;
-    w.act_count[rank] = same;
-  }
-  if (lane == 0) {
-    *w.n_active = __popc(lead_b);
-    *w.n_cold = __popc(cold_b);
-  }
 }
 
 constexpr int kExpertWarps = 8;
@@ -427,7 +365,6 @@ void launch_expert_down_nf(const ExpertTable& t, const MoeWork& w, const ExpertR
 
 void launch_route(const RouteArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  TANDEM_CUDA_REQUIRE(a.k <= kMaxTopK, "too many experts per token");
   TANDEM_CUDA_REQUIRE(a.n_group >= 1 && a.n_group <= 32 && a.n_expert % a.n_group == 0, "bad group count");
   const size_t smem = size_t(kRouteWarps) * 2 * a.n_expert * sizeof(float);
   if (smem > 48 * 1024)
@@ -454,16 +391,6 @@ void launch_route_group(const RouteArgs& a, int n_experts, const uint8_t* cold_m
                         cudaStream_t stream) {
   const int kS = a.k + (a.shared_slot ? 1 : 0);
   const size_t smem = std::max(size_t(a.n) * 2 * size_t(a.n_expert) * sizeof(float), size_t(a.n) * kS * sizeof(int));
-  if (a.n > 0 && a.n * kS <= kWarp) {
-    TANDEM_CUDA_REQUIRE(a.n_group >= 1 && a.n_group <= 32 && a.n_expert % a.n_group == 0, "bad group count");
-    TANDEM_CUDA_REQUIRE(a.k <= kMaxTopK, "too many experts per token");
-    const size_t route_smem = size_t(a.n) * 2 * size_t(a.n_expert) * sizeof(float);
-    if (route_smem > 48 * 1024)
-      TANDEM_CUDA_CHECK(cudaFuncSetAttribute(route_group_small_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             int(route_smem)));
-    launch_kernel(route_group_small_kernel, 1, a.n * kWarp, route_smem, stream, a, cold_mask, w);
-    return;
-  }
   if (a.n == 0 || a.n > kFuseRows || smem > kFuseSmem) {
     launch_route(a, stream);
     launch_group(a.ids, a.n * kS, n_experts, cold_mask, w, stream);

@@ -44,8 +44,7 @@ constexpr int kMaxGroupSlots = 40 * 1024;  // a slot's position takes 4 of the k
 void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
                   cudaStream_t stream);
 // launch_route(a) then launch_group(a.ids, a.n · (a.k + a.shared_slot), n_experts, cold_mask, w): the
-// same outputs, in one launch when the step has at most 32 rows (decode; a one-warp grouping when it
-// has at most 32 slots), else the two launches. a.k ≤ 16.
+// same outputs, in one launch when the step has at most 32 rows (decode), else the two launches.
 void launch_route_group(const RouteArgs& a, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
                         cudaStream_t stream);
 

@@ -10,7 +10,9 @@
 # split lane's link share, default 0.4), USERS, KINDS, TOKENS, SWEEP ("0.3 0.5": extra host,split,host
 # runs at those splits, 1 and 32 users, prose), DECODE (1: bench_gpu_decode, local lane), PDL (passed
 # to bench_gpu_decode --pdl: 0, 1 or both), DECODE_PROMPTS (its prompt lengths, default 16), BREAKDOWN (N: bench_gpu_decode --breakdown N, the local lane's
-# GPU time per kernel at 1 and 8 sequences, 16- and 120-token prompts),
+# GPU time per kernel at 1 and 8 sequences, 16- and 120-token prompts), NCU (1: Nsight Compute's own
+# kernel times of two decode steps at NCU_BATCHES sequences, default "1 8", 16-token prompts, summed
+# per kernel by scripts/ncu_step.py),
 # PEER_DEVICE (the peers' --device: cpu, or cuda:1 for a second GPU as the peer — on a two-GPU box,
 # LANES=host,peer,local,host gives issue 6's comparison), PEER_THREADS (default 14),
 # TEST_TIMEOUT (s, default 150), SKIP_TESTS, SKIP_BENCH, SKIP_CPU (the CPU-side benchmarks).
@@ -94,6 +96,20 @@ if [ -n "${BREAKDOWN:-}" ]; then
     log "bench_gpu_decode --breakdown $BREAKDOWN --prompt $pr: exit $?"
   done
 fi
+if [ -n "${NCU:-}" ]; then
+  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+  here=$(cd "$(dirname "$0")" && pwd)
+  for b in ${NCU_BATCHES:-1 8}; do
+    for pr in ${NCU_PROMPTS:-16}; do
+      timeout 200 "$ncu_bin" --clock-control none --csv --page raw --launch-skip "${NCU_SKIP:-700}" \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__registers_per_thread \
+        "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --batches "$b" --prompt "$pr" --steps 2 --pdl 1 \
+        > "$out/ncu-$b-$pr.csv" 2> "$out/ncu-$b-$pr.log"
+      log "ncu bench_gpu_decode --batches $b --prompt $pr: exit $?"
+      python3 "$here/ncu_step.py" "$out/ncu-$b-$pr.csv" 2 > "$out/ncu-$b-$pr.txt" 2>&1
+    done
+  done
+fi
 for sp in ${SWEEP:-}; do
   bench_run "sweep-split$sp" "$sp" host,split,host 1,32 prose 120
 done
@@ -108,7 +124,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   stop_peers
 fi
 [ -n "${SKIP_CPU:-}" ] && { tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/"; \
-  echo "==== summary"; cat "$final/steps.log"; for f in "$out"/bench-*.txt "$out"/gpu_decode-*.txt "$out"/breakdown-*.txt; do [ -f "$f" ] && tail -45 "$f"; done; exit 0; }
+  echo "==== summary"; cat "$final/steps.log"; for f in "$out"/bench-*.txt "$out"/gpu_decode-*.txt "$out"/breakdown-*.txt "$out"/ncu-*.txt; do [ -f "$f" ] && tail -45 "$f"; done; exit 0; }
 
 timeout 40 "$carry/bin/bench_handoff" --iters 20000 --out "$out/handoff.json" > "$out/handoff.txt" 2>&1
 log "bench_handoff: exit $?"

@@ -152,7 +152,7 @@ TEST_P(CudaLongMla, MatchesCpuEngine) {
   EXPECT_LT(max_rel_err(got.logits.data(), ref.logits.data(), int64_t(ref.logits.size())), 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Heads, CudaLongMla, ::testing::Values(16, 24));
+INSTANTIATE_TEST_SUITE_P(Heads, CudaLongMla, ::testing::Values(16, 18, 24));  // 18: a group of two heads
 
 TEST(CudaEngineOptions, BadOptionsAreInputErrors) {
   auto model = Model::load(test::oracle_dir("deepseekv3_f32"));

@@ -112,6 +112,8 @@ __global__ void attention_gqa_kernel(GqaPrepArgs a, RowInfo rows, float scale, f
   }
 }
 
+// Block (r, 0): q_a's RMSNorm in place (when q_lora); block (r, 1): the latent's RMSNorm and the
+// rotated key into the cache. Two blocks per row, so the two reductions run side by side.
 __global__ void mla_prep_kernel(MlaArgs a, RowInfo rows, RopeTables rope) {
   pdl_wait();
   pdl_launch_dependents();
@@ -119,7 +121,10 @@ __global__ void mla_prep_kernel(MlaArgs a, RowInfo rows, RopeTables rope) {
   extern __shared__ float tmp[];
   const int r = blockIdx.x;
   float* row = a.fused + int64_t(r) * a.stride;
-  if (a.q_lora) block_rms_norm(row, a.q_width, a.q_a_norm, a.eps, row, red);
+  if (blockIdx.y == 0) {
+    if (a.q_lora) block_rms_norm(row, a.q_width, a.q_a_norm, a.eps, row, red);
+    return;
+  }
   const int pos = rows.pos[r];
   float* dst = a.cache + (int64_t(rows.seq[r]) * rows.ctx + pos) * (a.kv_lora + a.rope);
   block_rms_norm(row + a.q_width, a.kv_lora, a.kv_a_norm, a.eps, dst, red);
@@ -128,207 +133,230 @@ __global__ void mla_prep_kernel(MlaArgs a, RowInfo rows, RopeTables rope) {
   for (int i = threadIdx.x; i < a.rope; i += blockDim.x) dst[a.kv_lora + i] = kr[i];
 }
 
-// MLA attention over the latent cache (decode and prefill), all heads of a tile in one block: each
-// cached position is read once per block and scored against every head of the tile (MLA shares its
-// cache across heads). Positions [0, T) of a row are cut into up to `splits` contiguous chunks of at
-// least kMlaMinChunk positions, one block each (flash-decoding), so that a single sequence with a
-// long context still spreads over many multiprocessors; a block
-// walks its chunk kMlaTile positions at a time with an online softmax (running max and sum per head).
-// With one split the block writes o_lat directly; otherwise it writes its unnormalised sums with
-// their max and sum, and the block that arrives last for its (row, head tile) combines the splits in
-// split order (so the result does not depend on which block was last).
-constexpr int kMlaThreads = 256;
-constexpr int kMlaWarps = kMlaThreads / kWarp;
-constexpr int kMlaTile = 32;  // positions per online-softmax step: one per lane in the softmax
-constexpr int kMlaMinChunk = 32;  // fewest positions a split block takes
-static_assert(kMlaTile == kWarp, "the softmax step maps one position to each lane");
+// MLA attention over the latent cache (decode and prefill). A block is (row, group of kMlaHeads
+// heads, split) with one warp per head of the group; a row's positions [0, T) are cut into up to
+// `splits` contiguous chunks of at least kMlaMinChunk positions, one block each (flash-decoding), and
+// inside a block the warps take the chunk's positions in turn. A warp holds its lanes' share of every
+// group head's query in registers (q_lat and the rotated q_rope, two columns per lane per NI step),
+// reads each of its positions' cached rows once (the next one in flight while it scores the current
+// one), scores all heads from it, and runs an online softmax into per-lane accumulators over the same
+// latent values: one read of a cached row serves every head's score and weighted sum. The block's
+// warps combine through shared memory (warp h then owns head h); with one split that is the answer,
+// otherwise the block leaves its unnormalised sums with their max and sum, and the block that arrives
+// last for its (row, head group) combines the splits in split order (so the result does not depend
+// on which block was last).
+constexpr int kMlaWarps = kMlaHeads;  // warp h combines head h
+constexpr int kMlaThreads = kMlaWarps * kWarp;
+constexpr int kMlaMinChunk = 16;  // fewest positions a split block takes (4 per warp)
+constexpr int kMlaMaxWidth = 576;  // kv_lora + rope: 9 column pairs per lane
 
-struct MlaSmem {  // float offsets into the dynamic shared memory
-  int ql, qr, p, m, l, alpha, wgt, den, total;
-  __host__ __device__ MlaSmem(int L, int R, int splits) {
-    ql = 0;                          // [kMlaHeads][L] q_lat of the tile's heads
-    qr = ql + kMlaHeads * L;         // [kMlaHeads][R] rotated q_rope
-    p = qr + kMlaHeads * R;          // [kMlaHeads][kMlaTile] scores, then their exponentials
-    m = p + kMlaHeads * kMlaTile;    // [kMlaHeads] running max
-    l = m + kMlaHeads;               // [kMlaHeads] running sum
-    alpha = l + kMlaHeads;           // [kMlaHeads] rescale of the accumulators at this step
-    wgt = alpha + kMlaHeads;         // [kMlaHeads][splits] combine weights
-    den = wgt + kMlaHeads * splits;  // [kMlaHeads] combine denominators
-    total = den + kMlaHeads;
-  }
-};
+// Rotated q_rope column rc (0 ≤ rc < rope) of one head's query src (its rope part) at position pos,
+// in the cache's de-interleaved layout: first halves then second halves of the rotated pairs.
+__device__ __forceinline__ float mla_rope_q(const float* src, int rc, int pos, const RopeTables& rope) {
+  const int half = rope.dim / 2, j = rc < half ? rc : rc - half;
+  const float x0 = rope.interleaved ? src[2 * j] : src[j];
+  const float x1 = rope.interleaved ? src[2 * j + 1] : src[half + j];
+  const float c = rope.cos[int64_t(pos) * half + j], s = rope.sin[int64_t(pos) * half + j];
+  return rc < half ? x0 * c - x1 * s : x1 * c + x0 * s;
+}
 
-template <int C>  // C: latent columns per thread (kv_lora ≤ C · kMlaThreads)
+template <int NI>  // column pairs per lane: (kv_lora + rope) / 2 ≤ 32 · NI
 __global__ void __launch_bounds__(kMlaThreads)
     attention_mla_kernel(MlaArgs a, RowInfo rows, const float* q_lat, const float* q, int64_t q_stride,
                          RopeTables rope, float scale, float* o_lat, MlaScratch sc, int splits) {
   pdl_wait();
   pdl_launch_dependents();
-  extern __shared__ float sm[];
+  extern __shared__ float sm[];  // [kMlaWarps][kMlaHeads][L] warp sums | [kMlaWarps][kMlaHeads] max | sum
   __shared__ int last;
-  const int r = blockIdx.x, tile = blockIdx.y, split = blockIdx.z;
-  const int L = a.kv_lora, R = a.rope, W = L + R, nh = a.n_head;
-  const int h0 = tile * kMlaHeads, hn = min(kMlaHeads, nh - h0);
-  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
-  const MlaSmem o(L, R, splits);
-  float *ql = sm + o.ql, *qr = sm + o.qr, *p = sm + o.p, *mrun = sm + o.m, *lrun = sm + o.l, *alpha = sm + o.alpha;
+  constexpr int HG = kMlaHeads;
+  const int r = blockIdx.x, grp = blockIdx.y, split = blockIdx.z;
+  const int L = a.kv_lora, W2 = (a.kv_lora + a.rope) / 2, nh = a.n_head;
+  const int h0 = grp * HG, hn = min(HG, nh - h0);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int pos = rows.pos[r];
   const int T = pos + 1;
-  // A short context uses fewer of the grid's splits (the rest leave at once): no chunk shorter than
-  // kMlaMinChunk positions, and one block writes the answer directly when one chunk is all there is.
+  // A short context uses fewer of the grid's splits (the rest leave at once); every used split gets
+  // at least one position ((used - 1) · ceil(T / used) < T for used ≤ max(16, ceil(T / 16))).
   const int used = min(splits, (T + kMlaMinChunk - 1) / kMlaMinChunk);
   if (split >= used) return;
   const int chunk = (T + used - 1) / used;
   const int tb = min(T, split * chunk), te = min(T, tb + chunk);
 
-  // The tile's queries (q_rope rotated here); heads past the model's last score zeros, never stored.
-  for (int i = tid; i < kMlaHeads * L; i += kMlaThreads) {
-    const int h = i / L;
-    ql[i] = h < hn ? q_lat[(int64_t(r) * nh + h0 + h) * L + i % L] : 0.0f;
-  }
-  const int half = R / 2;
-  for (int i = tid; i < kMlaHeads * half; i += kMlaThreads) {
-    const int h = i / half, j = i % half;
-    float* dst = qr + h * R;
-    if (h >= hn) {
-      dst[j] = dst[half + j] = 0.0f;
-      continue;
+  // The group's queries, this lane's columns 2j, 2j + 1 for j = lane + 32 i; heads past the model's
+  // last and columns past the row are zeros.
+  float2 qv[HG][NI];
+#pragma unroll
+  for (int h = 0; h < HG; ++h) {
+    const float* src = q + int64_t(r) * q_stride + int64_t(h0 + h) * (a.nope + a.rope) + a.nope;
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const int j = lane + kWarp * i, c = 2 * j;
+      float2 v = make_float2(0.0f, 0.0f);
+      if (h < hn && j < W2) {
+        if (c < L) v = *reinterpret_cast<const float2*>(q_lat + (int64_t(r) * nh + h0 + h) * L + c);
+        else v = make_float2(mla_rope_q(src, c - L, pos, rope), mla_rope_q(src, c - L + 1, pos, rope));
+      }
+      qv[h][i] = v;
     }
-    const float* src = q + int64_t(r) * q_stride + int64_t(h0 + h) * (a.nope + R) + a.nope;
-    const float x0 = rope.interleaved ? src[2 * j] : src[j];
-    const float x1 = rope.interleaved ? src[2 * j + 1] : src[half + j];
-    const float c = rope.cos[int64_t(pos) * half + j], s = rope.sin[int64_t(pos) * half + j];
-    dst[j] = x0 * c - x1 * s;
-    dst[half + j] = x1 * c + x0 * s;
   }
-  if (tid < kMlaHeads) {
-    mrun[tid] = -INFINITY;
-    lrun[tid] = 0.0f;
+
+  const float2* cache = reinterpret_cast<const float2*>(a.cache) + int64_t(rows.seq[r]) * rows.ctx * W2;
+  auto load_row = [&](int t, float2(&dst)[NI]) {
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const int j = lane + kWarp * i;
+      dst[i] = j < W2 ? cache[int64_t(t) * W2 + j] : make_float2(0.0f, 0.0f);
+    }
+  };
+  float m[HG], l[HG];
+  float2 acc[HG][NI];
+#pragma unroll
+  for (int h = 0; h < HG; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NI; ++i) acc[h][i] = make_float2(0.0f, 0.0f);
+  }
+  float2 cur[NI], nxt[NI];
+  int t = tb + warp;
+  if (t < te) load_row(t, cur);
+  for (; t < te; t += kMlaWarps) {
+    if (t + kMlaWarps < te) load_row(t + kMlaWarps, nxt);
+    float s[HG];
+#pragma unroll
+    for (int h = 0; h < HG; ++h) {
+      float v = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NI; ++i) v += qv[h][i].x * cur[i].x + qv[h][i].y * cur[i].y;
+      s[h] = v;
+    }
+#pragma unroll
+    for (int h = 0; h < HG; ++h) s[h] = warp_sum(s[h]) * scale;
+#pragma unroll
+    for (int h = 0; h < HG; ++h) {
+      const float m_new = fmaxf(m[h], s[h]);
+      const float al = expf(m[h] - m_new);  // 0 at the first position (m = -inf)
+      const float p = expf(s[h] - m_new);
+      l[h] = l[h] * al + p;
+      m[h] = m_new;
+#pragma unroll
+      for (int i = 0; i < NI; ++i) {
+        acc[h][i].x = acc[h][i].x * al + p * cur[i].x;
+        acc[h][i].y = acc[h][i].y * al + p * cur[i].y;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NI; ++i) cur[i] = nxt[i];
+  }
+
+  // The block's warps combine in shared memory; warp h then owns head h of the group.
+  float* ws = sm;                                // [kMlaWarps][HG][L]
+  float* wm = ws + kMlaWarps * HG * L;           // [kMlaWarps][HG]
+  float* wl = wm + kMlaWarps * HG;               // [kMlaWarps][HG]
+#pragma unroll
+  for (int h = 0; h < HG; ++h) {
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const int c = 2 * (lane + kWarp * i);
+      if (c < L) *reinterpret_cast<float2*>(ws + (warp * HG + h) * L + c) = acc[h][i];
+    }
+  }
+  if (lane < HG) {
+    float mv = 0.0f, lv = 0.0f;
+#pragma unroll
+    for (int h = 0; h < HG; ++h)
+      if (lane == h) mv = m[h], lv = l[h];
+    wm[warp * HG + lane] = mv;
+    wl[warp * HG + lane] = lv;
   }
   __syncthreads();
-
-  const float* cache = a.cache + int64_t(rows.seq[r]) * rows.ctx * W;
-  float acc[kMlaHeads][C] = {};
-  for (int t0 = tb; t0 < te; t0 += kMlaTile) {
-    const int nt = min(kMlaTile, te - t0);
-    // Scores: a warp per position, every head of the tile from one read of the cached row.
-    for (int tt = warp; tt < nt; tt += kMlaWarps) {
-      const float* ct = cache + int64_t(t0 + tt) * W;
-      float s[kMlaHeads] = {};
-#pragma unroll 2
-      for (int d = lane; d < L; d += kWarp) {
-        const float cv = ct[d];
-#pragma unroll
-        for (int h = 0; h < kMlaHeads; ++h) s[h] += ql[h * L + d] * cv;
-      }
-      for (int d = lane; d < R; d += kWarp) {
-        const float cv = ct[L + d];
-#pragma unroll
-        for (int h = 0; h < kMlaHeads; ++h) s[h] += qr[h * R + d] * cv;
-      }
-#pragma unroll
-      for (int h = 0; h < kMlaHeads; ++h) {
-        const float v = warp_sum(s[h]);
-        if (lane == h) p[h * kMlaTile + tt] = v * scale;
-      }
-    }
-    __syncthreads();
-    // Online softmax step: a warp per head, a lane per position.
-    for (int h = warp; h < hn; h += kMlaWarps) {
-      const float sv = lane < nt ? p[h * kMlaTile + lane] : -INFINITY;
-      const float m_old = mrun[h], m_new = fmaxf(m_old, warp_max(sv));
-      const float e = lane < nt ? expf(sv - m_new) : 0.0f;
-      const float sum = warp_sum(e);
-      p[h * kMlaTile + lane] = e;
-      if (lane == 0) {
-        const float al = expf(m_old - m_new);  // 0 on the first step (m_old = -inf)
-        alpha[h] = al;
-        lrun[h] = lrun[h] * al + sum;
-        mrun[h] = m_new;
-      }
-    }
-    __syncthreads();
-    // Weighted sum: a thread per latent column, every head of the tile from one read.
-#pragma unroll
-    for (int k = 0; k < C; ++k) {
-      const int c = tid + k * kMlaThreads;
-      if (c >= L) break;
-#pragma unroll
-      for (int h = 0; h < kMlaHeads; ++h) acc[h][k] *= alpha[h];
-#pragma unroll 4
-      for (int tt = 0; tt < nt; ++tt) {
-        const float v = cache[int64_t(t0 + tt) * W + c];
-#pragma unroll
-        for (int h = 0; h < kMlaHeads; ++h) acc[h][k] += p[h * kMlaTile + tt] * v;
-      }
-    }
-    __syncthreads();
-  }
-
-  // One split: the answer, normalised. Several: this split's partial, [kMlaHeads][L + 2] =
-  // unnormalised sums | max | sum, for the last block to combine.
+  const int h = warp;
   const bool direct = used == 1;
-  const int64_t rt = int64_t(r) * gridDim.y + tile;
-  float* part = sc.part + (rt * splits + split) * int64_t(kMlaHeads) * (L + 2);
-  float* dst = direct ? o_lat + (int64_t(r) * nh + h0) * L : part;
-  const int ld = direct ? L : L + 2;
+  const int64_t rt = int64_t(r) * gridDim.y + grp;
+  const int64_t stride = int64_t(HG) * (L + 2);  // per (row, group, split): [HG][L] sums | [HG] max | [HG] sum
+  float* part = sc.part + (rt * splits + split) * stride;
+  if (h < hn) {
+    float mw[kMlaWarps], mx = -INFINITY;
 #pragma unroll
-  for (int k = 0; k < C; ++k) {
-    const int c = tid + k * kMlaThreads;
-    if (c >= L) break;
+    for (int w = 0; w < kMlaWarps; ++w) mx = fmaxf(mx, mw[w] = wm[w * HG + h]);
+    float den = 0.0f;
 #pragma unroll
-    for (int h = 0; h < kMlaHeads; ++h)
-      if (h < hn) dst[h * ld + c] = direct ? acc[h][k] / lrun[h] : acc[h][k];
+    for (int w = 0; w < kMlaWarps; ++w) {
+      mw[w] = expf(mw[w] - mx);  // a warp without positions: exp(-inf) = 0
+      den += mw[w] * wl[w * HG + h];
+    }
+    float* dst = direct ? o_lat + (int64_t(r) * nh + h0 + h) * L : part + h * L;
+    const float inv = direct ? 1.0f / den : 1.0f;
+#pragma unroll
+    for (int i = 0; i < NI; ++i) {
+      const int c = 2 * (lane + kWarp * i);
+      if (c >= L) break;
+      float2 v = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int w = 0; w < kMlaWarps; ++w) {
+        const float2 x = *reinterpret_cast<const float2*>(ws + (w * HG + h) * L + c);
+        v.x += mw[w] * x.x;
+        v.y += mw[w] * x.y;
+      }
+      v.x *= inv;
+      v.y *= inv;
+      *reinterpret_cast<float2*>(dst + c) = v;
+    }
+    if (!direct && lane == 0) {
+      part[HG * L + h] = mx;
+      part[HG * L + HG + h] = den;
+    }
   }
   if (direct) return;
-  if (tid < hn) {
-    part[tid * (L + 2) + L] = mrun[tid];
-    part[tid * (L + 2) + L + 1] = lrun[tid];
-  }
   __threadfence();
   __syncthreads();
-  if (tid == 0) {
+  if (threadIdx.x == 0) {
     const int ticket = atomicAdd(&sc.tickets[rt], 1);
     last = ticket == used - 1;
     if (last) sc.tickets[rt] = 0;  // ready for the next launch (stream-ordered after this one)
   }
   __syncthreads();
-  if (!last) return;
+  if (!last || h >= hn) return;
   __threadfence();
-  // The last block combines the splits of every head, in split order.
-  const float* base = sc.part + rt * splits * int64_t(kMlaHeads) * (L + 2);
-  float *wgt = sm + o.wgt, *den = sm + o.den;
-  if (tid < hn) {
-    const int h = tid;
-    float ms[kMaxMlaSplits];
+  // The last block combines the splits of head h, in split order: lane s holds split s's max and
+  // weight (used ≤ kMaxMlaSplits ≤ 32), the weights then in shared memory for every lane.
+  __shared__ float split_w[kMlaHeads][kMaxMlaSplits];
+  const float* base = sc.part + rt * splits * stride;
+  const float ms = lane < used ? __ldcg(base + lane * stride + HG * L + h) : -INFINITY;
+  const float m_all = warp_max(ms);
+  const float wgt = lane < used ? expf(ms - m_all) : 0.0f;
+  const float den = warp_sum(lane < used ? wgt * __ldcg(base + lane * stride + HG * L + HG + h) : 0.0f);
+  if (lane < used) split_w[h][lane] = wgt;
+  __syncwarp();
+  const float inv = 1.0f / den;
+  // Splits outer, columns inner: every load of a split (and of two splits at once) is in flight
+  // together, and the stores come after all of them.
+  float2 v[NI];
 #pragma unroll
-    for (int s = 0; s < kMaxMlaSplits; ++s)
-      ms[s] = s < used ? __ldcg(base + (int64_t(s) * kMlaHeads + h) * (L + 2) + L) : -INFINITY;
-    float m_all = -INFINITY;
+  for (int i = 0; i < NI; ++i) v[i] = make_float2(0.0f, 0.0f);
+  const auto add_split = [&](int s) {
+    const float w = split_w[h][s];
 #pragma unroll
-    for (int s = 0; s < kMaxMlaSplits; ++s) m_all = fmaxf(m_all, ms[s]);
-    float d = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kMaxMlaSplits; ++s) {
-      if (s >= used) break;
-      const float w = expf(ms[s] - m_all);
-      wgt[h * splits + s] = w;
-      d += w * __ldcg(base + (int64_t(s) * kMlaHeads + h) * (L + 2) + L + 1);
+    for (int i = 0; i < NI; ++i) {
+      const int c = 2 * (lane + kWarp * i);
+      if (c < L) {
+        const float2 x = __ldcg(reinterpret_cast<const float2*>(base + s * stride + h * L + c));
+        v[i].x += w * x.x;
+        v[i].y += w * x.y;
+      }
     }
-    den[h] = d;
+  };
+  int s = 0;
+  for (; s + 2 <= used; s += 2) {
+    add_split(s);
+    add_split(s + 1);
   }
-  __syncthreads();
-  for (int i = tid; i < hn * L; i += kMlaThreads) {
-    const int h = i / L, c = i % L;
-    float v[kMaxMlaSplits];
+  if (s < used) add_split(s);
 #pragma unroll
-    for (int s = 0; s < kMaxMlaSplits; ++s)  // all loads in flight at once
-      v[s] = s < used ? __ldcg(base + (int64_t(s) * kMlaHeads + h) * (L + 2) + c) : 0.0f;
-    float acc = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kMaxMlaSplits; ++s)
-      if (s < used) acc += wgt[h * splits + s] * v[s];
-    o_lat[(int64_t(r) * nh + h0 + h) * L + c] = acc / den[h];
+  for (int i = 0; i < NI; ++i) {
+    const int c = 2 * (lane + kWarp * i);
+    if (c < L)
+      *reinterpret_cast<float2*>(o_lat + (int64_t(r) * nh + h0 + h) * L + c) = make_float2(v[i].x * inv, v[i].y * inv);
   }
 }
 
@@ -340,7 +368,7 @@ void allow_smem(K kernel, size_t bytes) {
 
 }  // namespace
 
-int max_attention_ctx(int kv_lora) { return kMaxSmem / 4 - kv_lora - 512; }
+int max_gqa_ctx() { return kMaxSmem / 4; }
 
 void launch_gqa_prep(const GqaPrepArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream) {
   if (rows.n == 0) return;
@@ -357,13 +385,13 @@ void launch_attention_gqa(const GqaPrepArgs& a, const RowInfo& rows, float scale
 
 void launch_mla_prep(const MlaArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream) {
   if (rows.n == 0) return;
-  launch_kernel(mla_prep_kernel, rows.n, 256, size_t(rope.dim) * 4, stream, a, rows, rope);
+  launch_kernel(mla_prep_kernel, dim3(rows.n, 2), 256, size_t(rope.dim) * 4, stream, a, rows, rope);
 }
 
 MlaScratchSize mla_scratch_size(int n_sm, int kv_lora) {
   MlaScratchSize z;
   z.target = 2 * n_sm;
-  // A split launch has pairs < target (row, head tile) pairs and ceil(target / pairs) splits each:
+  // A split launch has pairs < target (row, head group) pairs and ceil(target / pairs) splits each:
   // fewer than 2 · target blocks.
   z.blocks = 2 * z.target;
   z.part_floats = size_t(z.blocks) * kMlaHeads * size_t(kv_lora + 2);
@@ -375,22 +403,25 @@ void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_
                           const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc,
                           cudaStream_t stream) {
   if (rows.n == 0) return;
-  const int tiles = (a.n_head + kMlaHeads - 1) / kMlaHeads;
-  const int pairs = rows.n * tiles;
+  TANDEM_CUDA_REQUIRE(a.rope % 2 == 0 && a.rope == rope.dim && a.kv_lora % 2 == 0, "MLA widths must be even");
+  TANDEM_CUDA_REQUIRE(a.kv_lora + a.rope <= kMlaMaxWidth, "kv_lora_rank + qk_rope_head_dim above 576");
+  const int groups = (a.n_head + kMlaHeads - 1) / kMlaHeads;
+  const int pairs = rows.n * groups;
   int splits = 1;
   if (sc.part && pairs < sc.target) splits = std::min(kMaxMlaSplits, (sc.target + pairs - 1) / pairs);
   TANDEM_CUDA_REQUIRE(splits == 1 || (pairs <= sc.tickets_n && pairs * splits <= sc.blocks), "MLA split scratch too small");
-  TANDEM_CUDA_REQUIRE(a.rope % 2 == 0 && a.rope == rope.dim, "rotary width");
-  const size_t smem = size_t(MlaSmem(a.kv_lora, a.rope, splits).total) * 4;
-  const dim3 grid(rows.n, tiles, splits);
+  const size_t smem = size_t(kMlaWarps) * kMlaHeads * size_t(a.kv_lora + 2) * 4;
+  const dim3 grid(rows.n, groups, splits);
   auto go = [&](auto kernel) {
     allow_smem(kernel, smem);
     launch_kernel(kernel, grid, kMlaThreads, smem, stream, a, rows, q_lat, q, q_stride, rope, scale, o_lat, sc, splits);
   };
-  if (a.kv_lora <= kMlaThreads) go(attention_mla_kernel<1>);
-  else if (a.kv_lora <= 2 * kMlaThreads) go(attention_mla_kernel<2>);
-  else if (a.kv_lora <= 4 * kMlaThreads) go(attention_mla_kernel<4>);
-  else TANDEM_CUDA_REQUIRE(false, "kv_lora_rank above 1024");
+  const int w2 = (a.kv_lora + a.rope) / 2;
+  if (w2 <= kWarp) go(attention_mla_kernel<1>);
+  else if (w2 <= 2 * kWarp) go(attention_mla_kernel<2>);
+  else if (w2 <= 3 * kWarp) go(attention_mla_kernel<3>);
+  else if (w2 <= 5 * kWarp) go(attention_mla_kernel<5>);
+  else go(attention_mla_kernel<9>);
 }
 
 }  // namespace tandem::cuda

@@ -59,12 +59,13 @@ struct MlaArgs {
 // Normalises q_a (when q_lora) in place; writes the normalised latent and the rotated key to the cache.
 void launch_mla_prep(const MlaArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream);
 
-// MLA attention: heads per block, and the most blocks one row's positions are split over.
-constexpr int kMlaHeads = 16;
+// MLA attention: heads per block (one warp each), and the most blocks one row's positions are split
+// over. kv_lora + rope must be even and at most 576 (DeepSeek V3's 512 + 64).
+constexpr int kMlaHeads = 4;
 constexpr int kMaxMlaSplits = 16;
 // Where split blocks leave their partial results: part [blocks][kMlaHeads][kv_lora + 2] floats and
 // tickets [tickets] ints, zero before the first launch (each launch leaves them zero). A launch splits
-// a row's positions over several blocks only when the step has fewer than `target` (row, head tile)
+// a row's positions over several blocks only when the step has fewer than `target` (row, head group)
 // pairs; null `part`: never.
 struct MlaScratch {
   float* part = nullptr;
@@ -85,7 +86,8 @@ void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_
                           const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc,
                           cudaStream_t stream);
 
-// Largest cache capacity (positions) the attention kernels accept (their scores live in shared memory).
-int max_attention_ctx(int kv_lora);
+// Largest cache capacity (positions) the GQA attention kernel accepts (its scores live in shared
+// memory; MLA has no such bound).
+int max_gqa_ctx();
 
 }  // namespace tandem::cuda

@@ -112,9 +112,15 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
                                   : std::min<int64_t>(c_.max_position_embeddings > 0 ? c_.max_position_embeddings : 4096,
                                                       4096));
   options_.max_ctx = ctx_;
-  const int max_ctx = max_attention_ctx(int(c_.kv_lora_rank));
-  if (ctx_ > max_ctx) fail("context {} exceeds the CUDA engine's limit of {} positions", ctx_, max_ctx);
+  if (!c_.mla && ctx_ > max_gqa_ctx())
+    fail("context {} exceeds the CUDA engine's limit of {} positions for GQA attention", ctx_, max_gqa_ctx());
+  if (c_.mla && (c_.kv_lora_rank % 2 != 0 || c_.qk_rope_head_dim % 2 != 0 ||
+                 c_.kv_lora_rank + c_.qk_rope_head_dim > 576))
+    fail("MLA with kv_lora_rank {} and qk_rope_head_dim {}: the CUDA engine needs both even and their sum at most 576",
+         c_.kv_lora_rank, c_.qk_rope_head_dim);
   if (c_.n_group > 32) fail("n_group {} exceeds the GPU router's limit of 32", c_.n_group);
+  if (c_.n_expert > kMaxRouteExperts)
+    fail("{} routed experts exceed the GPU router's limit of {}", c_.n_expert, kMaxRouteExperts);
   std::vector<std::vector<int32_t>> cold;
   const bool uses_peer = cuda_.lane == CudaLane::kPeer || cuda_.lane == CudaLane::kSplit;
   if (cuda_.lane != CudaLane::kLocal) {

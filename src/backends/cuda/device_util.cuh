@@ -118,7 +118,10 @@ __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, co
   const int lane = threadIdx.x % kWarp;
   if (vec) {
     constexpr int V = vec_of<T>();
-#pragma unroll 4
+    // Few weight and activation rows: eight steps' loads in flight at once (a 2 K-element bf16 row
+    // is eight steps: one round trip); more rows: four, to stay within the registers.
+    constexpr int kUnroll = NW * R <= 2 ? 8 : 4;
+#pragma unroll kUnroll
     for (int k = lane * V; k < K; k += kWarp * V) {
       float wf[NW][V];
 #pragma unroll

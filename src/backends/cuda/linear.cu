@@ -39,7 +39,16 @@ __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs
     if (warp < a.n) {
       const float* xr = xb + int64_t(warp) * a.x_stride;
       double ss = 0.0;
-      for (int i = lane; i < a.K; i += kWarp) ss += double(xr[i]) * xr[i];
+      if (vec) {  // x rows 16-byte aligned, K a multiple of 4: every load of the row in flight at once
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+#pragma unroll 16
+        for (int i = lane; i < a.K / 4; i += kWarp) {
+          const float4 v = x4[i];
+          ss += double(v.x) * v.x + double(v.y) * v.y + double(v.z) * v.z + double(v.w) * v.w;
+        }
+      } else {
+        for (int i = lane; i < a.K; i += kWarp) ss += double(xr[i]) * xr[i];
+      }
       ss = warp_sum(ss);
       if (lane == 0) scale[warp] = float(1.0 / sqrt(ss / double(a.K) + double(a.norm_eps)));
     }

@@ -11,128 +11,167 @@ namespace {
 
 constexpr int kRouteWarps = 4;
 
-// Best (largest value, then lowest id) over v[0..n) across the warp; every lane gets the answer.
-__device__ void warp_argmax(const float* v, int n, float& best, int& best_id) {
-  const int lane = threadIdx.x % kWarp;
-  best = -INFINITY;
-  best_id = INT_MAX;
-  for (int e = lane; e < n; e += kWarp)
-    if (v[e] > best || (v[e] == best && e < best_id)) {
-      best = v[e];
-      best_id = e;
-    }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    float ov = __shfl_xor_sync(0xffffffffu, best, o);
-    int oi = __shfl_xor_sync(0xffffffffu, best_id, o);
-    if (ov > best || (ov == best && oi < best_id)) {
-      best = ov;
-      best_id = oi;
-    }
-  }
-}
-
-// Routes row r with the calling warp. scratch: [2 · n_expert] floats of the warp's shared memory;
-// group_score: [32] and group_sel: [1] of its shared memory.
-__device__ void route_row(const RouteArgs& a, int r, float* scratch, float* group_score, uint32_t* group_sel) {
+// Routes row r with the calling warp, exactly as moe/router.cpp. Lane `lane` holds experts e = lane +
+// 32 i (i < PL, so E ≤ 32 · PL) in registers: their logits (and bias) are loaded together up front, and
+// the top-k runs on the lanes' own maxima (a round's winner rescans only its PL values). score:
+// [E] floats of the warp's shared memory (the weights are read from it), pick: [E] more (group
+// selection only). Sums run in the same order as a sequential loop over j (ksum) or over each lane's
+// experts then warp_sum (softmax), whatever the kernel. ids_sm (optional): the row's ids again, at
+// ids_sm[r · kS ...] in shared memory.
+template <int PL>
+__device__ void route_row(const RouteArgs& a, int r, float* score, float* pick, int32_t* ids_sm = nullptr) {
   const int lane = threadIdx.x % kWarp;
   const int E = a.n_expert, kS = a.k + (a.shared_slot ? 1 : 0);
-  float* score = scratch;  // probabilities / sigmoid scores
-  float* pick = score + E;  // the values selection runs on (picked ones become -inf)
   const float* l = a.logits + int64_t(r) * E;
-  int32_t* ids = a.ids + int64_t(r) * kS;
-  float* wts = a.weights + int64_t(r) * kS;
+  float pv[PL];  // the values the selection runs on (picked ones become -inf)
+  float lv[PL];
+#pragma unroll
+  for (int i = 0; i < PL; ++i) {
+    const int e = lane + kWarp * i;
+    lv[i] = e < E ? l[e] : -INFINITY;
+  }
   if (a.kind == RouteKind::kSoftmaxTopK) {
     float mx = -INFINITY;
-    for (int e = lane; e < E; e += kWarp) mx = fmaxf(mx, l[e]);
+#pragma unroll
+    for (int i = 0; i < PL; ++i) mx = fmaxf(mx, lv[i]);
     mx = warp_max(mx);
     float sum = 0.0f;
-    for (int e = lane; e < E; e += kWarp) sum += (score[e] = expf(l[e] - mx));
+#pragma unroll
+    for (int i = 0; i < PL; ++i)
+      if (lane + kWarp * i < E) sum += (lv[i] = expf(lv[i] - mx));
     sum = warp_sum(sum);
-    for (int e = lane; e < E; e += kWarp) pick[e] = (score[e] /= sum);
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      const int e = lane + kWarp * i;
+      pv[i] = -INFINITY;
+      if (e < E) score[e] = pv[i] = lv[i] / sum;
+    }
   } else {
-    for (int e = lane; e < E; e += kWarp) {
-      const float s = 1.0f / (1.0f + expf(-l[e]));
-      score[e] = s;
-      pick[e] = s + (a.bias ? a.bias[e] : 0.0f);
+    float bv[PL];
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      const int e = lane + kWarp * i;
+      bv[i] = a.bias && e < E ? a.bias[e] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      const int e = lane + kWarp * i;
+      pv[i] = -INFINITY;
+      if (e < E) {
+        const float sg = 1.0f / (1.0f + expf(-lv[i]));
+        score[e] = sg;
+        pick[e] = pv[i] = sg + bv[i];
+      }
     }
     __syncwarp();
+    // Group scores (sum of the group's top two picks): lpg lanes per group scan it in turn, then merge
+    // their top twos with shuffles; every lane of a group's segment ends with the group's score.
     const int per_group = E / a.n_group;
-    if (lane < a.n_group) {
-      const float* c = pick + lane * per_group;
-      float b1 = -INFINITY, b2 = -INFINITY;
-      for (int i = 0; i < per_group; ++i) {
-        if (c[i] > b1) {
-          b2 = b1;
-          b1 = c[i];
-        } else if (c[i] > b2) {
-          b2 = c[i];
-        }
+    int lpg = 1;
+    while (lpg * 2 * a.n_group <= kWarp) lpg *= 2;
+    const int g = lane / lpg, sub = lane % lpg;
+    float b1 = -INFINITY, b2 = -INFINITY;
+    if (g < a.n_group)
+      for (int i = sub; i < per_group; i += lpg) {
+        const float c = pick[g * per_group + i];
+        if (c > b1) b2 = b1, b1 = c;
+        else if (c > b2) b2 = c;
       }
-      float s = 0.0f;
-      s += b1;
-      if (per_group > 1) s += b2;
-      group_score[lane] = s;
+    for (int o = 1; o < lpg; o <<= 1) {
+      const float o1 = __shfl_xor_sync(0xffffffffu, b1, o), o2 = __shfl_xor_sync(0xffffffffu, b2, o);
+      const float lo = fminf(b1, o1);
+      b1 = fmaxf(b1, o1);
+      b2 = fmaxf(lo, fmaxf(b2, o2));
     }
-    __syncwarp();
-    if (lane == 0) {
-      uint32_t sel = 0;
-      for (int j = 0; j < a.topk_group; ++j) {
-        int bi = -1;
-        for (int g = 0; g < a.n_group; ++g)
-          if (!(sel >> g & 1u) && (bi < 0 || group_score[g] > group_score[bi])) bi = g;
-        sel |= 1u << bi;
-      }
-      *group_sel = sel;
+    float gs = 0.0f;
+    gs += b1;
+    if (per_group > 1) gs += b2;
+    // Group g is chosen when fewer than topk_group groups beat it (higher score, or equal and lower
+    // id): the same groups as picking the best one topk_group times.
+    int rank = 0;
+    for (int h = 0; h < a.n_group; ++h) {
+      const float o = __shfl_sync(0xffffffffu, gs, h * lpg);
+      rank += (o > gs || (o == gs && h < g)) ? 1 : 0;
     }
-    __syncwarp();
-    const uint32_t sel = *group_sel;
+    const uint32_t chosen = __ballot_sync(0xffffffffu, sub == 0 && g < a.n_group && rank < a.topk_group);
     // Experts outside the chosen groups score 0.0 (not -inf), as the reference masks them.
-    for (int e = lane; e < E; e += kWarp)
-      if (!(sel >> (e / per_group) & 1u)) pick[e] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+      const int e = lane + kWarp * i;
+      if (e < E && !(chosen >> (e / per_group * lpg) & 1u)) pv[i] = 0.0f;
+    }
   }
   __syncwarp();
-  float ksum = 0.0f;
+  // Top-k: each lane's best (lowest id on ties: i ascending is e ascending), then the warp's.
+  float lb = -INFINITY;
+  int li = INT_MAX;
+#pragma unroll
+  for (int i = 0; i < PL; ++i)
+    if (pv[i] > lb) lb = pv[i], li = lane + kWarp * i;
+  float ksum = 0.0f, my_w = 0.0f;
+  int my_id = 0;
   for (int j = 0; j < a.k; ++j) {
-    float best;
-    int id;
-    warp_argmax(pick, E, best, id);
-    __syncwarp();
-    if (lane == 0) {
-      pick[id] = -INFINITY;
-      ids[j] = id;
-      wts[j] = score[id];
-      ksum += score[id];
+    float best = lb;
+    int id = li;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, id, o);
+      if (ov > best || (ov == best && oi < id)) best = ov, id = oi;
     }
-    __syncwarp();
-  }
-  if (lane == 0) {
-    for (int j = 0; j < a.k; ++j) {
-      float w = wts[j];
-      if (a.kind == RouteKind::kSoftmaxTopK) {
-        wts[j] = a.norm_topk ? w / ksum : w;
-      } else {
-        if (a.norm_topk) w /= (ksum + 1e-20f);
-        wts[j] = float(double(w) * a.routed_scaling);
+    const float w = score[id];
+    ksum += w;
+    if (lane == j) my_id = id, my_w = w;
+    if (li == id) {  // the winner drops it and rescans its own
+      lb = -INFINITY, li = INT_MAX;
+#pragma unroll
+      for (int i = 0; i < PL; ++i) {
+        if (lane + kWarp * i == id) pv[i] = -INFINITY;
+        if (pv[i] > lb) lb = pv[i], li = lane + kWarp * i;
       }
     }
-    if (a.shared_slot) {
-      ids[a.k] = E;
-      wts[a.k] = 1.0f;
+  }
+  int32_t* ids = a.ids + int64_t(r) * kS;
+  float* wts = a.weights + int64_t(r) * kS;
+  if (lane < a.k) {
+    float w = my_w;
+    if (a.kind == RouteKind::kSoftmaxTopK) {
+      w = a.norm_topk ? w / ksum : w;
+    } else {
+      if (a.norm_topk) w /= (ksum + 1e-20f);
+      w = float(double(w) * a.routed_scaling);
     }
+    ids[lane] = my_id;
+    wts[lane] = w;
+    if (ids_sm) ids_sm[r * kS + lane] = my_id;
+  } else if (lane == a.k && a.shared_slot) {
+    ids[lane] = E;
+    wts[lane] = 1.0f;
+    if (ids_sm) ids_sm[r * kS + lane] = E;
   }
 }
 
+// Calls f(std::integral_constant<int, PL>) with the fewest experts per lane route_row needs for E.
+template <class F>
+void with_route_pl(int E, F&& f) {
+  if (E <= 2 * kWarp) f(std::integral_constant<int, 2>{});
+  else if (E <= 4 * kWarp) f(std::integral_constant<int, 4>{});
+  else if (E <= 8 * kWarp) f(std::integral_constant<int, 8>{});
+  else if (E <= 12 * kWarp) f(std::integral_constant<int, 12>{});
+  else if (E <= 16 * kWarp) f(std::integral_constant<int, 16>{});
+  else f(std::integral_constant<int, 32>{});
+}
+
+template <int PL>
 __global__ void route_kernel(RouteArgs a) {
   pdl_wait();
   pdl_launch_dependents();
   extern __shared__ float sm[];  // [kRouteWarps][2 · n_expert]
-  __shared__ float group_score[kRouteWarps][32];
-  __shared__ uint32_t group_sel[kRouteWarps];
   const int warp = threadIdx.x / kWarp;
   const int r = blockIdx.x * kRouteWarps + warp;
   if (r >= a.n) return;
-  route_row(a, r, sm + warp * 2 * a.n_expert, group_score[warp], &group_sel[warp]);
+  float* score = sm + warp * 2 * a.n_expert;
+  route_row<PL>(a, r, score, score + a.n_expert);
 }
 
 constexpr int kGroupThreads = 1024;
@@ -203,18 +242,71 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids
 constexpr int kFuseRows = kGroupThreads / kWarp;
 constexpr size_t kFuseSmem = size_t(kMaxGroupSlots) * sizeof(int);  // the grouping's bound, as group_kernel
 
+template <int PL>
 __global__ void __launch_bounds__(kGroupThreads)
     route_group_kernel(RouteArgs a, int n_experts, const uint8_t* cold_mask, MoeWork w) {
   pdl_wait();
   pdl_launch_dependents();
   extern __shared__ float sm[];  // [n][2 · n_expert] route scratch, then [n · kS] ints local_pos
-  __shared__ float group_score[kFuseRows][32];
-  __shared__ uint32_t group_sel[kFuseRows];
   const int warp = threadIdx.x / kWarp;
-  if (warp < a.n) route_row(a, warp, sm + warp * 2 * a.n_expert, group_score[warp], &group_sel[warp]);
+  if (warp < a.n) {
+    float* score = sm + warp * 2 * a.n_expert;
+    route_row<PL>(a, warp, score, score + a.n_expert);
+  }
   // The ids are in global memory, visible to the whole block after the barrier; sm is free again.
   __syncthreads();
   group_block(a.ids, a.n * (a.k + (a.shared_slot ? 1 : 0)), n_experts, cold_mask, w, reinterpret_cast<int*>(sm));
+}
+
+// Route + group for steps of at most one warp of slots (decode of a few sequences): kSmallWarps
+// warps route the rows, then warp 0 groups the ≤ 32 slots, lane s holding slot s: __match_any_sync
+// finds the slots of each expert, and comparisons over the warp give each expert's place in id order
+// (the active list, as group_block's scans make it, with the slots of one expert in slot order).
+constexpr int kSmallWarps = 4;
+template <int PL>
+__global__ void __launch_bounds__(kSmallWarps * kWarp)
+    route_group_small_kernel(RouteArgs a, int n_experts, const uint8_t* cold_mask, MoeWork w) {
+  pdl_wait();
+  pdl_launch_dependents();
+  extern __shared__ float sm[];  // [kSmallWarps][2 · n_expert]
+  __shared__ int32_t sids[kWarp];
+  __shared__ uint8_t scold[kMaxRouteExperts + 1];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (cold_mask)  // read while the rows are routed
+    for (int e = threadIdx.x; e < n_experts; e += kSmallWarps * kWarp) scold[e] = cold_mask[e];
+  float* score = sm + warp * 2 * a.n_expert;
+  for (int r = warp; r < a.n; r += kSmallWarps) route_row<PL>(a, r, score, score + a.n_expert, sids);
+  __syncthreads();
+  if (warp != 0) return;
+  const int n_slots = a.n * (a.k + (a.shared_slot ? 1 : 0));
+  const int id = lane < n_slots ? sids[lane] : -1;
+  const bool cold = id >= 0 && cold_mask && scold[id];
+  const bool hot = id >= 0 && !cold;
+  const uint32_t lt = (1u << lane) - 1u;
+  const uint32_t cold_b = __ballot_sync(0xffffffffu, cold);
+  const uint32_t same = __match_any_sync(0xffffffffu, hot ? id : -1 - lane);  // every non-hot lane alone
+  const bool leader = hot && (same & lt) == 0;
+  const uint32_t lead_b = __ballot_sync(0xffffffffu, leader);
+  int act = 0, off = 0;  // active experts / hot slots with a lower id
+  for (int s = 0; s < kWarp; ++s) {
+    const int o = __shfl_sync(0xffffffffu, id, s);
+    const bool o_hot = (~cold_b >> s & 1u) && s < n_slots;
+    if (o_hot && o < id) {
+      off += 1;
+      act += (lead_b >> s) & 1u;
+    }
+  }
+  if (hot) w.slot_list[off + __popc(same & lt)] = lane;
+  if (leader) {
+    w.act_expert[act] = id;
+    w.act_offset[act] = off;
+    w.act_count[act] = __popc(same);
+  }
+  if (cold) w.cold_slots[__popc(cold_b & lt)] = lane;
+  if (lane == 0) {
+    *w.n_active = __popc(lead_b);
+    *w.n_cold = __popc(cold_b);
+  }
 }
 
 constexpr int kExpertWarps = 8;
@@ -366,10 +458,14 @@ void launch_expert_down_nf(const ExpertTable& t, const MoeWork& w, const ExpertR
 void launch_route(const RouteArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
   TANDEM_CUDA_REQUIRE(a.n_group >= 1 && a.n_group <= 32 && a.n_expert % a.n_group == 0, "bad group count");
+  TANDEM_CUDA_REQUIRE(a.n_expert <= kMaxRouteExperts && a.k <= kWarp - 1, "too many experts to route");
   const size_t smem = size_t(kRouteWarps) * 2 * a.n_expert * sizeof(float);
-  if (smem > 48 * 1024)
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  launch_kernel(route_kernel, (a.n + kRouteWarps - 1) / kRouteWarps, kRouteWarps * kWarp, smem, stream, a);
+  with_route_pl(a.n_expert, [&](auto pl) {
+    constexpr int PL = decltype(pl)::value;
+    if (smem > 48 * 1024)
+      TANDEM_CUDA_CHECK(cudaFuncSetAttribute(route_kernel<PL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    launch_kernel(route_kernel<PL>, (a.n + kRouteWarps - 1) / kRouteWarps, kRouteWarps * kWarp, smem, stream, a);
+  });
 }
 
 void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
@@ -397,15 +493,28 @@ void launch_route_group(const RouteArgs& a, int n_experts, const uint8_t* cold_m
     return;
   }
   TANDEM_CUDA_REQUIRE(a.n_group >= 1 && a.n_group <= 32 && a.n_expert % a.n_group == 0, "bad group count");
+  TANDEM_CUDA_REQUIRE(a.n_expert <= kMaxRouteExperts && a.k <= kWarp - 1, "too many experts to route");
   TANDEM_CUDA_REQUIRE(n_experts <= kMaxGroupExperts, "too many experts to group");
-  // Static shared memory ~41 KB plus up to kFuseSmem: within the 227 KB of an sm_90 block.
-  static const bool allowed = [] {
-    TANDEM_CUDA_CHECK(
-        cudaFuncSetAttribute(route_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kFuseSmem)));
-    return true;
-  }();
-  (void)allowed;
-  launch_kernel(route_group_kernel, 1, kGroupThreads, smem, stream, a, n_experts, cold_mask, w);
+  TANDEM_CUDA_REQUIRE(a.n * kS > kWarp || n_experts <= kMaxRouteExperts + 1, "too many experts to group");
+  with_route_pl(a.n_expert, [&](auto pl) {
+    constexpr int PL = decltype(pl)::value;
+    if (a.n * kS <= kWarp) {
+      const size_t small = size_t(kSmallWarps) * 2 * size_t(a.n_expert) * sizeof(float);
+      if (small > 48 * 1024)
+        TANDEM_CUDA_CHECK(cudaFuncSetAttribute(route_group_small_kernel<PL>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(small)));
+      launch_kernel(route_group_small_kernel<PL>, 1, kSmallWarps * kWarp, small, stream, a, n_experts, cold_mask, w);
+      return;
+    }
+    // Static shared memory ~41 KB plus up to kFuseSmem: within the 227 KB of an sm_90 block.
+    static const bool allowed = [] {
+      TANDEM_CUDA_CHECK(cudaFuncSetAttribute(route_group_kernel<PL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(kFuseSmem)));
+      return true;
+    }();
+    (void)allowed;
+    launch_kernel(route_group_kernel<PL>, 1, kGroupThreads, smem, stream, a, n_experts, cold_mask, w);
+  });
 }
 
 void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {

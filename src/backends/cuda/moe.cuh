@@ -26,6 +26,8 @@ struct RouteArgs {
   int32_t* ids = nullptr;           // [n, k + shared_slot]
   float* weights = nullptr;         // [n, k + shared_slot]
 };
+// n_expert ≤ kMaxRouteExperts, k < 32.
+constexpr int kMaxRouteExperts = 1024;
 void launch_route(const RouteArgs& a, cudaStream_t stream);
 
 // Grouping of slots by expert (device memory, sized for the largest step).
@@ -44,7 +46,8 @@ constexpr int kMaxGroupSlots = 40 * 1024;  // a slot's position takes 4 of the k
 void launch_group(const int32_t* ids, int n_slots, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
                   cudaStream_t stream);
 // launch_route(a) then launch_group(a.ids, a.n · (a.k + a.shared_slot), n_experts, cold_mask, w): the
-// same outputs, in one launch when the step has at most 32 rows (decode), else the two launches.
+// same outputs, in one launch when the step has at most 32 rows (decode), else the two launches; at
+// most 32 slots (a few rows) take a small one-warp grouping.
 void launch_route_group(const RouteArgs& a, int n_experts, const uint8_t* cold_mask, const MoeWork& w,
                         cudaStream_t stream);
 

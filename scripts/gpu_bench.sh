@@ -14,7 +14,9 @@
 # kernel times of two decode steps at NCU_BATCHES sequences, default "1 8", 16-token prompts, summed
 # per kernel by scripts/ncu_step.py),
 # PEER_DEVICE (the peers' --device: cpu, or cuda:1 for a second GPU as the peer — on a two-GPU box,
-# LANES=host,peer,local,host gives issue 6's comparison), PEER_THREADS (default 14),
+# LANES=host,peer,local,host gives issue 6's comparison), PEER_THREADS (default 12: with 14, the idle
+# second peer's polling thread and the primary's thread, the 16 cores were fully subscribed and the
+# peer cells erratic; bench/RESULTS.md, evening round),
 # TEST_TIMEOUT (s, default 150), SKIP_TESTS, SKIP_BENCH, SKIP_CPU (the CPU-side benchmarks).
 set -uo pipefail
 carry=$1
@@ -59,7 +61,7 @@ peer_pids=()
 start_peer() {  # NAME [extra args]. A lane closes when its primary exits: each primary run gets fresh peers
   local name=$1
   shift
-  "$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane "$name" --device "${PEER_DEVICE:-cpu}" --threads "${PEER_THREADS:-14}" \
+  "$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane "$name" --device "${PEER_DEVICE:-cpu}" --threads "${PEER_THREADS:-12}" \
     --spin-us 1000000000 --max-rows 512 "$@" > "$out/peer-$name.out" 2> "$out/peer-$name.log" &
   peer_pids+=($!)
   for _ in $(seq 600); do grep -q serving "$out/peer-$name.log" 2>/dev/null && break; sleep 0.2; done

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kMlaThreads)
   const int pos = rows.pos[r];
   const int T = pos + 1;
   // A short context uses fewer of the grid's splits (the rest leave at once); every used split gets
-  // at least one position ((used - 1) · ceil(T / used) < T for used ≤ max(16, ceil(T / 16))).
+  // at least one position ((used - 1) · ceil(T / used) < T for used ≤ min(16, ceil(T / 16))).
   const int used = min(splits, (T + kMlaMinChunk - 1) / kMlaMinChunk);
   if (split >= used) return;
   const int chunk = (T + used - 1) / used;

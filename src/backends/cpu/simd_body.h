@@ -103,7 +103,10 @@ TANDEM_SIMD_FN void matmul_row_tiles(const MatmulArgs& a, int64_t r0, int64_t r1
 }
 
 // Decode-sized n (<= kFewRows): one pass over W, every row of x per W tile, so each weight byte comes
-// from DRAM once and is used n times while it is in L1 (the next tile streams in meanwhile).
+// from DRAM once and is used n times while it is in L1 (the next tile streams in meanwhile). One row
+// of x takes eight weight rows per tile (eight streams and eight independent accumulators in flight:
+// +25–35% on the dev machine's one-row GEMVs, bench/RESULTS.md); results are the same bits, as each
+// output is still one accumulator fed in k order.
 // Larger n: 4 rows of x at a time against the whole block of W, which the caller sized to stay in L2.
 constexpr int64_t kFewRows = 8;
 
@@ -112,6 +115,13 @@ TANDEM_SIMD_FN void matmul_block_t(const MatmulArgs& a, int64_t n0, int64_t n1, 
   constexpr int kCols = 4;
   if (n1 - n0 <= kFewRows) {
     int64_t j = m0;
+    if (n1 - n0 == 1) {  // one row of x (decode of one sequence): eight weight rows stream at once
+      constexpr int kWide = 8;
+      const WT<D>* w = static_cast<const WT<D>*>(a.w);
+      const float* x = a.x + n0 * a.x_stride;
+      float* y = a.y + n0 * a.y_stride;
+      for (; j + kWide <= m1; j += kWide) matmul_tile<D, 1, kWide>(x, a.x_stride, w + j * a.k, a.k, y + j, a.y_stride, a.accumulate);
+    }
     for (; j + kCols <= m1; j += kCols) matmul_row_tiles<D, kCols>(a, n0, n1, j);
     for (; j < m1; ++j) matmul_row_tiles<D, 1>(a, n0, n1, j);
     return;

@@ -276,12 +276,15 @@ TEST_F(LaneFaults, PeerStopsOnSigterm) {
 
 // Observe mode: one log line per stall episode, no action; the watchdog exits 0 when the lane stops.
 TEST_F(LaneFaults, ObserveModeLogsOnceAndExitsWithTheLane) {
-  start_peer();
+  // 2 ms per request: the 400 requests outlast the watchdog's start, so the peer is frozen mid-run
+  // (unpaced, a loaded machine could finish them before the SIGSTOP and leave no stall to observe).
+  start_peer({"--sleep-us", "2000"});
   start_primary({"--requests", "400"});
   auto seg = observe();
   ASSERT_TRUE(test::wait_until([&] { return seg->header().handoffs.load() >= 5; }, 20));
   start_watchdog("0.3", {"--mode", "observe"});
   ASSERT_EQ(kill(peer_.pid, SIGSTOP), 0);
+  ASSERT_LT(seg->header().handoffs.load(), 400u) << "the primary finished before the peer was frozen";
   ASSERT_TRUE(test::wait_until([&] { return out("watchdog.out").find('\n') != std::string::npos; }, 20));
   std::this_thread::sleep_for(std::chrono::milliseconds(700));  // more polls inside the same episode
   ASSERT_EQ(kill(peer_.pid, SIGCONT), 0);

@@ -148,7 +148,6 @@ __global__ void mla_prep_kernel(MlaArgs a, RowInfo rows, RopeTables rope) {
 constexpr int kMlaWarps = kMlaHeads;  // warp h combines head h
 constexpr int kMlaThreads = kMlaWarps * kWarp;
 constexpr int kMlaMinChunk = 16;  // fewest positions a split block takes (4 per warp)
-constexpr int kMlaMaxWidth = 576;  // kv_lora + rope: 9 column pairs per lane
 
 // Rotated q_rope column rc (0 ≤ rc < rope) of one head's query src (its rope part) at position pos,
 // in the cache's de-interleaved layout: first halves then second halves of the rotated pairs.
@@ -408,12 +407,13 @@ void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_
   const int groups = (a.n_head + kMlaHeads - 1) / kMlaHeads;
   const int pairs = rows.n * groups;
   int splits = 1;
-  if (sc.part && pairs < sc.target) splits = std::min(kMaxMlaSplits, (sc.target + pairs - 1) / pairs);
-  TANDEM_CUDA_REQUIRE(splits == 1 || (pairs <= sc.tickets_n && pairs * splits <= sc.blocks), "MLA split scratch too small");
+  const MlaScratchSize& z = sc.size;
+  if (sc.part && pairs < z.target) splits = std::min(kMaxMlaSplits, (z.target + pairs - 1) / pairs);
+  TANDEM_CUDA_REQUIRE(splits == 1 || (pairs <= z.tickets && pairs * splits <= z.blocks), "MLA split scratch too small");
   const size_t smem = size_t(kMlaWarps) * kMlaHeads * size_t(a.kv_lora + 2) * 4;
+  static_assert(size_t(kMlaWarps) * kMlaHeads * (kMlaMaxWidth + 2) * 4 <= 48 * 1024, "within the default shared memory");
   const dim3 grid(rows.n, groups, splits);
   auto go = [&](auto kernel) {
-    allow_smem(kernel, smem);
     launch_kernel(kernel, grid, kMlaThreads, smem, stream, a, rows, q_lat, q, q_stride, rope, scale, o_lat, sc, splits);
   };
   const int w2 = (a.kv_lora + a.rope) / 2;

@@ -63,21 +63,22 @@ void launch_mla_prep(const MlaArgs& a, const RowInfo& rows, const RopeTables& ro
 // over. kv_lora + rope must be even and at most 576 (DeepSeek V3's 512 + 64).
 constexpr int kMlaHeads = 4;
 constexpr int kMaxMlaSplits = 16;
+constexpr int kMlaMaxWidth = 576;  // kv_lora + rope
 // Where split blocks leave their partial results: part [blocks][kMlaHeads][kv_lora + 2] floats and
 // tickets [tickets] ints, zero before the first launch (each launch leaves them zero). A launch splits
 // a row's positions over several blocks only when the step has fewer than `target` (row, head group)
 // pairs; null `part`: never.
-struct MlaScratch {
-  float* part = nullptr;
-  int* tickets = nullptr;
-  int blocks = 0, tickets_n = 0, target = 0;
-};
 struct MlaScratchSize {
   size_t part_floats = 0;
   int blocks = 0, tickets = 0, target = 0;
 };
 // What MlaScratch needs on a device of n_sm multiprocessors (target: two blocks per multiprocessor).
 MlaScratchSize mla_scratch_size(int n_sm, int kv_lora);
+struct MlaScratch {
+  float* part = nullptr;  // [size.part_floats]
+  int* tickets = nullptr;  // [size.tickets]
+  MlaScratchSize size;
+};
 
 // o_lat: [n, n_head, kv_lora] = Σ_t softmax((q_lat·c_t + rot(q_rope)·k_t) · scale) c_t over t ≤ pos.
 // q_lat: [n, n_head, kv_lora] (q_nope absorbed through W_uk); q: the query rows [n, n_head · (nope +

@@ -115,9 +115,9 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
   if (!c_.mla && ctx_ > max_gqa_ctx())
     fail("context {} exceeds the CUDA engine's limit of {} positions for GQA attention", ctx_, max_gqa_ctx());
   if (c_.mla && (c_.kv_lora_rank % 2 != 0 || c_.qk_rope_head_dim % 2 != 0 ||
-                 c_.kv_lora_rank + c_.qk_rope_head_dim > 576))
-    fail("MLA with kv_lora_rank {} and qk_rope_head_dim {}: the CUDA engine needs both even and their sum at most 576",
-         c_.kv_lora_rank, c_.qk_rope_head_dim);
+                 c_.kv_lora_rank + c_.qk_rope_head_dim > kMlaMaxWidth))
+    fail("MLA with kv_lora_rank {} and qk_rope_head_dim {}: the CUDA engine needs both even and their sum at most {}",
+         c_.kv_lora_rank, c_.qk_rope_head_dim, kMlaMaxWidth);
   if (c_.n_group > 32) fail("n_group {} exceeds the GPU router's limit of 32", c_.n_group);
   if (c_.n_expert > kMaxRouteExperts)
     fail("{} routed experts exceed the GPU router's limit of {}", c_.n_expert, kMaxRouteExperts);
@@ -224,7 +224,7 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
     mla_scratch_.part = w_->alloc_f32(z.part_floats);
     mla_scratch_.tickets = reinterpret_cast<int*>(w_->alloc_f32(size_t(z.tickets)));
     TANDEM_CUDA_CHECK(cudaMemset(mla_scratch_.tickets, 0, size_t(z.tickets) * sizeof(int)));
-    mla_scratch_.blocks = z.blocks, mla_scratch_.tickets_n = z.tickets, mla_scratch_.target = z.target;
+    mla_scratch_.size = z;
   }
 
   live_.assign(size_t(options_.max_seqs), false);

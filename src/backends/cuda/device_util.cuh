@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/cuda_common.cuh"
+
 namespace tandem::cuda {
 
 constexpr int kWarp = 32;
@@ -104,6 +106,21 @@ void with_rows(int n, F&& f) {
   else if (n <= 2) f(std::integral_constant<int, 2>{});
   else if (n <= 4) f(std::integral_constant<int, 4>{});
   else f(std::integral_constant<int, 8>{});
+}
+
+// Calls f(TypeTag<T>{}) with T the element type of weights in dtype wt (float, __nv_bfloat16 or
+// __half): the one place a launcher turns a WType into its kernel's template argument.
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+template <class F>
+void with_wtype(WType wt, F&& f) {
+  switch (wt) {
+    case WType::kF32: f(TypeTag<float>{}); return;
+    case WType::kBF16: f(TypeTag<__nv_bfloat16>{}); return;
+    case WType::kF16: f(TypeTag<__half>{}); return;
+  }
 }
 
 // acc[w][r] += Σ_k W_w[k] · x_r[k] for NW weight rows (sharing the activation loads) and nr ≤ R

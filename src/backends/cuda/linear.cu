@@ -109,31 +109,20 @@ void launch_linear(const LinearArgs& a, cudaStream_t stream) {
   with_rows(a.n, [&](auto rows) {
     constexpr int R = decltype(rows)::value;
     auto go = [&](auto kernel) { launch_kernel(kernel, grid, kLinearWarps * kWarp, 0, stream, a, vec); };
-    switch (a.wt) {
-      case WType::kF32: norm ? go(linear_kernel<float, R, true>) : go(linear_kernel<float, R, false>); break;
-      case WType::kBF16:
-        norm ? go(linear_kernel<__nv_bfloat16, R, true>) : go(linear_kernel<__nv_bfloat16, R, false>);
-        break;
-      case WType::kF16: norm ? go(linear_kernel<__half, R, true>) : go(linear_kernel<__half, R, false>); break;
-    }
+    with_wtype(a.wt, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      norm ? go(linear_kernel<T, R, true>) : go(linear_kernel<T, R, false>);
+    });
   });
 }
 
 void launch_embedding(const void* embed, WType wt, int H, const int32_t* tokens, int n, float* x,
                       cudaStream_t stream) {
   if (n == 0) return;
-  switch (wt) {
-    case WType::kF32:
-      launch_kernel(embedding_kernel<float>, n, 256, 0, stream, static_cast<const float*>(embed), H, tokens, x);
-      break;
-    case WType::kBF16:
-      launch_kernel(embedding_kernel<__nv_bfloat16>, n, 256, 0, stream,
-                    static_cast<const __nv_bfloat16*>(embed), H, tokens, x);
-      break;
-    case WType::kF16:
-      launch_kernel(embedding_kernel<__half>, n, 256, 0, stream, static_cast<const __half*>(embed), H, tokens, x);
-      break;
-  }
+  with_wtype(wt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_kernel(embedding_kernel<T>, n, 256, 0, stream, static_cast<const T*>(embed), H, tokens, x);
+  });
 }
 
 }  // namespace tandem::cuda

@@ -439,17 +439,10 @@ void launch_expert_down_nf(const ExpertTable& t, const MoeWork& w, const ExpertR
   const bool vec = expert_vec(t, r);
   with_rows(r.n, [&](auto rows) {  // an expert has at most all the step's rows
     constexpr int R = decltype(rows)::value;
-    switch (t.wt) {
-      case WType::kF32:
-        launch_kernel(expert_down_kernel<float, NF, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
-        break;
-      case WType::kBF16:
-        launch_kernel(expert_down_kernel<__nv_bfloat16, NF, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
-        break;
-      case WType::kF16:
-        launch_kernel(expert_down_kernel<__half, NF, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
-        break;
-    }
+    with_wtype(t.wt, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      launch_kernel(expert_down_kernel<T, NF, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+    });
   });
 }
 
@@ -523,17 +516,10 @@ void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertR
   const bool vec = expert_vec(t, r);
   with_rows(r.n, [&](auto rows) {
     constexpr int R = decltype(rows)::value;
-    switch (t.wt) {
-      case WType::kF32:
-        launch_kernel(expert_gate_up_kernel<float, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
-        break;
-      case WType::kBF16:
-        launch_kernel(expert_gate_up_kernel<__nv_bfloat16, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
-        break;
-      case WType::kF16:
-        launch_kernel(expert_gate_up_kernel<__half, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
-        break;
-    }
+    with_wtype(t.wt, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      launch_kernel(expert_gate_up_kernel<T, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+    });
   });
 }
 

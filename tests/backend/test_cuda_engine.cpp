@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cuda/cuda_engine.h"
+#include "backends/cuda/moe.cuh"
 #include "engine/generate.h"
 #include "engine/verify.h"
 #include "models/synth.h"
@@ -153,6 +154,20 @@ TEST_P(CudaLongMla, MatchesCpuEngine) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, CudaLongMla, ::testing::Values(16, 18, 24));  // 18: a group of two heads
+
+// Shapes the GPU kernels do not take are refused at construction, naming the limit: MLA with
+// kv_lora + rope above kMlaMaxWidth, more routed experts than the router holds.
+TEST(CudaEngineOptions, UnsupportedModelShapesAreInputErrors) {
+  test::TempDir wide, many;
+  nlohmann::json cfg = synth_preset_config("tiny");
+  cfg["kv_lora_rank"] = 1024;
+  write_synthetic_model(cfg, wide.path, {});
+  EXPECT_THROW(make_cuda_engine(*Model::load(wide.path), {}, {}), InputError);
+  cfg = synth_preset_config("tiny");
+  cfg["n_routed_experts"] = cuda::kMaxRouteExperts + 32;
+  write_synthetic_model(cfg, many.path, {});
+  EXPECT_THROW(make_cuda_engine(*Model::load(many.path), {}, {}), InputError);
+}
 
 TEST(CudaEngineOptions, BadOptionsAreInputErrors) {
   auto model = Model::load(test::oracle_dir("deepseekv3_f32"));

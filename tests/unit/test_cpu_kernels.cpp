@@ -195,6 +195,24 @@ TEST_P(CpuKernels, MatmulIsBitwiseIdenticalAcrossThreadCounts) {
     }
 }
 
+// A row's result does not depend on how many rows share the call (one row takes wider weight tiles
+// than several; each output is still one accumulator fed in k order).
+TEST_P(CpuKernels, MatmulRowIsBitwiseTheSameWhateverTheRowCount) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t k : {257, 1000}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " k=" << k);
+      const int64_t m = 130;  // 16 tiles of 8 rows and two single rows, or 32 of 4 and two
+      Weights w = make_weights(dtype, m, k, 123);
+      std::vector<float> x = random_floats(size_t(9 * k), 124);
+      std::vector<float> y1(static_cast<size_t>(m)), yn(static_cast<size_t>(9 * m));
+      matmul(x.data(), 1, w.view, y1.data(), pool_of(1));
+      for (int64_t n : {2, 5, 9}) {
+        matmul(x.data(), n, w.view, yn.data(), pool_of(2));
+        ASSERT_EQ(0, std::memcmp(y1.data(), yn.data(), size_t(m) * 4)) << "n=" << n;
+      }
+    }
+}
+
 TEST_P(CpuKernels, MatmulWidensEveryHalfPrecisionBitPattern) {
   // W [65536, 1] holds every 16-bit pattern; x = 1, so y[j] is exactly the widened weight.
   std::vector<uint16_t> bits(65536);

@@ -1,5 +1,6 @@
-// Attention kernels (see attention.cuh). Scores of one (row, head) live in shared memory; softmax
-// follows the CPU: max, exp, sum, multiply by 1/sum, then the weighted sum of values.
+// Attention kernels (see attention.cuh). GQA: the scores of one (row, head) live in shared memory and
+// the softmax follows the CPU (max, exp, sum, multiply by 1/sum, then the weighted sum of values).
+// MLA: an online softmax over the latent cache, split over blocks and warps (attention_mla_kernel).
 #include "backends/cuda/attention.cuh"
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // Cold experts held by the peer (see cold_experts.h).
 #include "peer/cold_experts.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "moe/experts.h"
@@ -22,37 +23,52 @@ ColdExperts::ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& p
     : hidden_(model.cfg.hidden_size), n_expert_(model.cfg.n_expert), pool_(pool) {
   const auto& c = model.cfg;
   experts_.assign(size_t(c.n_layer), std::vector<ExpertWeights>(size_t(c.n_expert)));
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    if (!c.layer_is_moe[size_t(l)]) continue;
-    for (int64_t e = 0; e < c.n_expert; ++e) {
-      if (!rowmap.is_cold(l, int32_t(e))) continue;
-      const ExpertWeights& src = model.layers[size_t(l)].experts[size_t(e)];
-      TANDEM_ASSERT(src.present(), "cold expert {}/{} not bound", l, e);
-      ExpertWeights& dst = experts_[size_t(l)][size_t(e)];
-      if (split_begin > 0) {
-        const int64_t inter = src.gate.rows();
-        if (split_begin >= inter) fail("split column {} is past the {} features of expert {}/{}", split_begin, inter, l, e);
-        const size_t bytes = sliced_bytes(src, split_begin, inter);
-        storage_.emplace_back(new uint8_t[bytes + 64]);
-        uint8_t* p = storage_.back().get();
-        p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
-        dst = slice_expert(src, split_begin, inter, p);
-        bytes_ += dst.nbytes();
-        ++n_cold_;
-        continue;
+  // Bytes each cold expert takes in the arena (its parts 64-byte aligned); 0 = not held here.
+  auto room = [&](const ExpertWeights& src) -> size_t {
+    if (split_begin > 0) return sliced_bytes(src, split_begin, src.gate.rows());
+    size_t bytes = 0;
+    for (const auto* v : {&src.gate, &src.up, &src.down}) bytes += (v->nbytes() + 63) / 64 * 64;
+    return bytes;
+  };
+  auto for_each_cold = [&](auto&& fn) {
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      if (!c.layer_is_moe[size_t(l)]) continue;
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        if (!rowmap.is_cold(l, int32_t(e))) continue;
+        const ExpertWeights& src = model.layers[size_t(l)].experts[size_t(e)];
+        TANDEM_ASSERT(src.present(), "cold expert {}/{} not bound", l, e);
+        fn(l, e, src);
       }
-      size_t bytes = 0;
-      for (const auto* v : {&src.gate, &src.up, &src.down}) bytes += (v->nbytes() + 63) / 64 * 64;
-      storage_.emplace_back(new uint8_t[bytes + 64]);
-      uint8_t* p = storage_.back().get();
-      p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
+    }
+  };
+  size_t total = 0;
+  for_each_cold([&](int64_t l, int64_t e, const ExpertWeights& src) {
+    if (split_begin >= src.gate.rows())
+      fail("split column {} is past the {} features of expert {}/{}", split_begin, src.gate.rows(), l, e);
+    total += room(src);
+  });
+  storage_ = HostBuffer(total);  // one arena on huge pages: the experts are streamed every step
+  uint8_t* p = storage_.data();
+  for_each_cold([&](int64_t l, int64_t e, const ExpertWeights& src) {
+    ExpertWeights& dst = experts_[size_t(l)][size_t(e)];
+    uint8_t* const start = p;
+    if (split_begin > 0) {
+      dst = slice_expert(src, split_begin, src.gate.rows(), p);
+    } else {
       dst.gate = copy_to(src.gate, p);
       dst.up = copy_to(src.up, p);
       dst.down = copy_to(src.down, p);
-      bytes_ += src.nbytes();
-      ++n_cold_;
     }
-  }
+    p = start + room(src);
+    bytes_ += dst.nbytes();
+    ++n_cold_;
+  });
+}
+
+double ColdExperts::huge_page_share() const {
+  if (storage_.size() == 0) return 0.0;
+  const int64_t huge = storage_.huge_bytes();
+  return huge < 0 ? -1.0 : std::min(1.0, double(huge) / double(storage_.size()));
 }
 
 void ColdExperts::compute(int layer, const float* x, int64_t n_rows, const int32_t* ids, const float* weights,

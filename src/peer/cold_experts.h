@@ -1,11 +1,13 @@
 // The CPU peer's compute: the cold experts of a rowmap, copied out of the checkpoint into memory this
 // process owns (so what it holds is exactly the cold experts' bytes), run with the CPU backend's
-// expert kernels — the same function the primary's local lane computes.
+// expert kernels — the same function the primary's local lane computes. They sit in one arena asked
+// to be backed by huge pages (core/host_buffer.h): a pass streams whole experts every step.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "core/host_buffer.h"
 #include "core/thread_pool.h"
 #include "models/model.h"
 #include "peer/compute.h"
@@ -27,6 +29,8 @@ class ColdExperts final : public peer::PeerCompute {
                float* out) override;
 
   size_t bytes_held() const { return bytes_; }
+  // Share of the experts' arena backed by huge pages, in [0, 1]; -1 when the kernel does not say.
+  double huge_page_share() const;
   int64_t n_cold() const { return n_cold_; }
 
  private:
@@ -34,7 +38,7 @@ class ColdExperts final : public peer::PeerCompute {
   size_t bytes_ = 0;
   ThreadPool& pool_;
   std::vector<std::vector<ExpertWeights>> experts_;  // [n_layer][n_expert]; only cold ones present
-  std::vector<std::unique_ptr<uint8_t[]>> storage_;
+  HostBuffer storage_;  // every held expert, back to back (64-byte aligned parts)
 };
 
 }  // namespace tandem

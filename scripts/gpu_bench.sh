@@ -17,6 +17,9 @@
 # LANES=host,peer,local,host gives issue 6's comparison), PEER_THREADS (default 12: with 14, the idle
 # second peer's polling thread and the primary's thread, the 16 cores were fully subscribed and the
 # peer cells erratic; bench/RESULTS.md, evening round),
+# PEER_SPIN_US (the peers' --spin-us, default 50000: the engine rings a napping peer before each step,
+# so the peer of the lane not being measured naps instead of holding a core), PEER_WORKER_SPIN_US (their
+# --worker-spin-us, default 50000: compute threads stay awake between the passes of a step),
 # TEST_TIMEOUT (s, default 150), SKIP_TESTS, SKIP_BENCH, SKIP_CPU (the CPU-side benchmarks).
 set -uo pipefail
 carry=$1
@@ -62,7 +65,7 @@ start_peer() {  # NAME [extra args]. A lane closes when its primary exits: each 
   local name=$1
   shift
   "$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane "$name" --device "${PEER_DEVICE:-cpu}" --threads "${PEER_THREADS:-12}" \
-    --spin-us 1000000000 --max-rows 512 "$@" > "$out/peer-$name.out" 2> "$out/peer-$name.log" &
+    --spin-us "${PEER_SPIN_US:-50000}" --worker-spin-us "${PEER_WORKER_SPIN_US:-50000}" --max-rows 512 "$@" > "$out/peer-$name.out" 2> "$out/peer-$name.log" &
   peer_pids+=($!)
   for _ in $(seq 600); do grep -q serving "$out/peer-$name.log" 2>/dev/null && break; sleep 0.2; done
   log "peer $name $*: $(grep -E 'held' "$out/peer-$name.log" | tail -1)"

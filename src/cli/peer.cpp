@@ -69,7 +69,10 @@ Held load_cold(const Model& model, const Rowmap& rm, std::optional<int> gpu, int
   auto c = std::make_unique<ColdExperts>(model, rm, global_pool(), split_begin);
   h.n_cold = c->n_cold();
   h.bytes = c->bytes_held();
-  h.where = fmt::format("in host memory, {} threads", global_pool().size());
+  const double huge = c->huge_page_share();
+  h.where = fmt::format("in host memory{}, {} threads",
+                        huge < 0 ? std::string() : fmt::format(" ({:.0f}% on huge pages)", 100.0 * huge),
+                        global_pool().size());
   h.compute = std::move(c);
   return h;
 }
@@ -83,6 +86,7 @@ RunFn setup(CLI::App& app) {
     double primary_stall = 2.0;
     uint64_t delay_us = 0;
     uint64_t spin_us = 100;
+    int64_t worker_spin_us = ThreadPool::kDefaultSpinUs;
     double split = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -99,9 +103,16 @@ RunFn setup(CLI::App& app) {
   CLI::Option* spin = app.add_option(
       "--spin-us", o->spin_us,
       "Microseconds to keep polling the slots after the last request before napping on the doorbell "
-      "(default 100; with --device cuda 1000000000, i.e. always polling on one core). A GPU primary cannot ring "
-      "the doorbell: give such a peer a large value (a dedicated core), e.g. 1000000000, or it answers after naps "
+      "(default 100; with --device cuda 1000000000, i.e. always polling on one core). A GPU primary rings the "
+      "doorbell once per step, not per request: give such a peer more than the gaps between the requests of one "
+      "step, e.g. 50000 (or 1000000000: a dedicated core), or it answers after naps "
       "of up to 10 ms");
+  app.add_option("--worker-spin-us", o->worker_spin_us,
+                 "Microseconds a compute thread keeps polling for the next pass before it sleeps (default 200). "
+                 "Waking sleeping threads costs tens of microseconds (more on a VM); when the gaps between "
+                 "passes are longer than this (a GPU primary, many rows: ~1 ms), a larger value keeps the "
+                 "--threads cores busy while the lane is active and lets them sleep only after this long idle")
+      ->check(CLI::Range(int64_t(0), int64_t(10'000'000)));
   app.add_option("--split-share", o->split,
                  "Serve the split lane: hold and compute only the last (1 - F) of each cold expert's intermediate "
                  "features; a primary started with `--lane split --split-share F` (the same F) reads the rest over PCIe. "
@@ -110,7 +121,7 @@ RunFn setup(CLI::App& app) {
   return [o, spin] {
     const std::optional<int> gpu = parse_device(o->device);  // before anything is loaded or created
     if (gpu && spin->count() == 0) o->spin_us = 1'000'000'000;
-    set_global_threads(gpu ? 1 : o->threads);
+    set_global_threads(gpu ? 1 : o->threads, int64_t(o->worker_spin_us));
     ModelConfig cfg = load_config(o->model);
     TensorStore store = TensorStore::open_dir(o->model);
     Rowmap rm = Rowmap::load(o->rowmap);

@@ -20,13 +20,11 @@
 namespace tandem {
 
 namespace {
-// How long an idle worker spins before it blocks. Decode calls kernels back to back, a few µs apart.
-constexpr auto kSpinTime = std::chrono::microseconds(200);
 // Spins of the caller waiting for the last chunks before it starts yielding its core.
 constexpr int kCallerSpins = 4096;
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) {
+ThreadPool::ThreadPool(int n_threads, int64_t spin_us) : spin_(std::max<int64_t>(0, spin_us)) {
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -65,7 +63,7 @@ void ThreadPool::worker_loop(int index) {
       return ((gen & 1) != 0 && gen != seen) || stop_.load(std::memory_order_relaxed);
     };
     if (!ready()) {
-      auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+      auto deadline = std::chrono::steady_clock::now() + spin_;
       for (int spin = 1; !ready(); ++spin) {
         TANDEM_CPU_RELAX();
         if (spin % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
@@ -182,20 +180,22 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
 
 namespace {
 int g_threads = 0;
+int64_t g_spin_us = ThreadPool::kDefaultSpinUs;
 std::unique_ptr<ThreadPool> g_pool;
 std::mutex g_pool_mutex;
 }  // namespace
 
 ThreadPool& global_pool() {
   std::lock_guard<std::mutex> lock(g_pool_mutex);
-  if (!g_pool) g_pool = std::make_unique<ThreadPool>(g_threads);
+  if (!g_pool) g_pool = std::make_unique<ThreadPool>(g_threads, g_spin_us);
   return *g_pool;
 }
 
-void set_global_threads(int n_threads) {
+void set_global_threads(int n_threads, int64_t spin_us) {
   std::lock_guard<std::mutex> lock(g_pool_mutex);
-  if (g_pool && g_pool->size() == n_threads) return;
+  if (g_pool && g_pool->size() == n_threads && g_spin_us == spin_us) return;
   g_threads = n_threads;
+  g_spin_us = spin_us;
   g_pool.reset();
 }
 

@@ -1,11 +1,14 @@
 // A fixed pool of worker threads for data-parallel loops. The calling thread takes part, so a pool
-// of N threads runs N-1 workers. Workers spin briefly after a job, then sleep, so back-to-back
-// decode kernels don't pay a wake-up each; the caller never waits for a sleeping worker to wake up
-// before it starts on the chunks itself. One caller at a time: parallel_for and run_on_all must not be
+// of N threads runs N-1 workers. Workers spin briefly after a job (200 µs unless told otherwise), then
+// sleep, so back-to-back decode kernels don't pay a wake-up each; the caller never waits for a sleeping
+// worker to wake up before it starts on the chunks itself. A process that owns its cores (the peer) may
+// let its workers spin longer: waking a sleeping thread costs tens of µs on a VM, more than a pass's
+// share of the step at a few rows. One caller at a time: parallel_for and run_on_all must not be
 // called concurrently on one pool, nor re-entrantly from a task (both are asserted).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -18,7 +21,9 @@ namespace tandem {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);  // n_threads <= 0: hardware concurrency
+  static constexpr int64_t kDefaultSpinUs = 200;
+  // n_threads <= 0: hardware concurrency. spin_us: how long an idle worker polls before it sleeps.
+  explicit ThreadPool(int n_threads, int64_t spin_us = kDefaultSpinUs);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -51,6 +56,7 @@ class ThreadPool {
   void wake_sleepers();
 
   int n_threads_;
+  std::chrono::microseconds spin_;
   std::vector<std::thread> workers_;
 
   // Job fields: written by the caller only while no job is open and no worker is inside one; read by
@@ -77,8 +83,8 @@ class ThreadPool {
 };
 
 // The process-wide pool used by the CPU backend. Created on first use with set_global_threads' count
-// (default: hardware concurrency).
+// (default: hardware concurrency) and worker spin (default ThreadPool::kDefaultSpinUs).
 ThreadPool& global_pool();
-void set_global_threads(int n_threads);
+void set_global_threads(int n_threads, int64_t spin_us = ThreadPool::kDefaultSpinUs);
 
 }  // namespace tandem

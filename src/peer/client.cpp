@@ -183,6 +183,11 @@ void PeerClient::submit(int slot, int layer, const float* x, int64_t n_rows, con
   Header& h = segment_->header();
   h.primary_progress_ns.store(t, std::memory_order_relaxed);
   if (options_.heartbeat_interval_ms == 0) h.primary_heartbeat_ns.store(t, std::memory_order_relaxed);
+  ring();
+}
+
+void PeerClient::ring() {
+  Header& h = segment_->header();
   // Dekker pair with the peer (sleeping = 1; load doorbell): one of us sees the other.
   h.doorbell.fetch_add(1, std::memory_order_seq_cst);
   if (h.peer_sleeping.load(std::memory_order_seq_cst) != 0) futex_wake_all(&h.doorbell);

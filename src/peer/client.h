@@ -97,6 +97,10 @@ class PeerClient {
     submit(0, layer, x, n_rows, ids, weights, k);
   }
   void wait(float* out) { wait(0, out); }
+  // Wakes a napping peer without a request: bumps the doorbell, and wakes the peer when it sleeps on
+  // it. submit() does this itself; a primary whose requests a device publishes (a GPU's stream, which
+  // cannot wake a futex) calls it on the host before each step, so its peer may nap between steps.
+  void ring();
 
   ClientStats stats() const;
   const Geometry& geometry() const { return segment_->geometry(); }

@@ -481,6 +481,21 @@ TEST(ThreadPool, WorkersThatFellAsleepStillJoin) {
   }
 }
 
+// No spin: every worker sleeps between jobs, so each job goes through the wake-up path.
+TEST(ThreadPool, WorkersThatNeverSpinStillCoverEveryJob) {
+  ThreadPool pool(3, /*spin_us=*/0);
+  std::vector<int64_t> sums(48);
+  for (int rep = 0; rep < 300; ++rep) {
+    pool.parallel_for(48, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sums[size_t(i)] += i;
+    });
+    std::vector<std::atomic<int>> seen(3);
+    pool.run_on_all([&](int index) { seen[size_t(index)].fetch_add(1); });
+    for (auto& x : seen) ASSERT_EQ(x.load(), 1);
+  }
+  for (int64_t i = 0; i < 48; ++i) ASSERT_EQ(sums[size_t(i)], 300 * i);
+}
+
 TEST(ThreadPoolDeathTest, NestedParallelForIsAnError) {
   EXPECT_DEATH(
       {

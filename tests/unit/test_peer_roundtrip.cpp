@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <future>
@@ -317,6 +318,29 @@ TEST(PeerRoundTrip, StaleHeartbeatMeansPrimaryGone) {
   EXPECT_EQ(lane.end, ServeEnd::kPrimaryGone);
   EXPECT_FALSE(Segment::exists(lane.lane));
   lane.thread = std::thread([] {});
+}
+
+// A GPU primary's stream publishes requests but cannot wake a futex: its host rings before each step.
+TEST(PeerRoundTrip, RingWakesANappingPeerWithoutARequest) {
+  MockCompute compute(kLayers, kExperts, 16);
+  ServerOptions so;
+  so.spin_us = 100'000;     // awake for 100 ms after a wake-up
+  so.idle_nap_ms = 20'000;  // a nap nobody ends lasts 20 s
+  Lane lane(compute, geometry(), 42, so);
+  lane.attach();
+  const Header& h = lane.segment->header();
+  auto becomes = [&](uint32_t sleeping, double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      if (h.peer_sleeping.load() == sleeping) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  };
+  ASSERT_TRUE(becomes(1, 5.0)) << "the idle peer never napped";
+  lane.client->ring();
+  EXPECT_TRUE(becomes(0, 2.0)) << "the ring did not wake the peer";
+  EXPECT_EQ(lane.server->served(), 0u);
 }
 
 TEST(PeerRoundTrip, RequestStopEndsServe) {

@@ -352,6 +352,7 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
   logits_.clear();
   if (peer_) peer_->throw_if_failed();  // a failed lane fails every later request too
   if (n == 0) return logits_;
+  if (peer_) peer_->ring();  // a napping peer wakes while the step is enqueued, before its first request
   TANDEM_CUDA_CHECK(cudaSetDevice(cuda_.device));
   ensure_rows(int(n));
   const PdlScope pdl(pdl_);  // every launch of this step, eager or captured
@@ -547,9 +548,13 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_nor
   // Peer lane: the first chunk of rows goes to the peer before the hot experts run, so the CPU
   // computes the cold experts while the GPU computes the hot ones; later chunks (steps with more rows
   // than a request holds) follow one after the other.
+  // Eager steps ring at every layer too: a hook or the check gate may hold the host (and so the GPU)
+  // longer than the peer spins, and the stream's request cannot wake it (graph replays ring per step).
   const int chunk = peer_ ? peer_->max_rows() : 0;
-  if (peer_)
+  if (peer_) {
+    peer_->ring();
     launch_peer_submit(peer_->dev(), int(l), h_, ids_, wts_, mask, 0, std::min(n, chunk), kS, ra.k, stream_);
+  }
   ExpertRun run;
   run.x = h_, run.n = n, run.slots_per_row = kS, run.slot_weight = wts_;
   run.h = hbuf_, run.h_stride = max_inter_, run.out = slot_out_;

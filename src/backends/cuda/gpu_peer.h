@@ -37,6 +37,10 @@ class GpuPeerLane {
   const uint8_t* mask(int64_t layer) const { return masks_[size_t(layer)]; }  // [n_expert + 1] device
   const PeerDev& dev() const { return dev_; }
 
+  // Wakes the peer if it napped (the stream's requests cannot wake it): called before a step is
+  // enqueued, and in eager steps before each layer's request. Lets a peer with a finite --spin-us
+  // sleep between bursts.
+  void ring() { client_->ring(); }
   // After the step's work: copies the error word back (async, on stream).
   void enqueue_error_readback(cudaStream_t stream);
   // After the stream synced: throws the lane's failure (and every later call throws it again).

@@ -203,5 +203,25 @@ TEST(BadInput, PeerOnADeviceThatIsNotThereCreatesNoSegment) {
   }
 }
 
+// `tandem peer --worker-spin-us` outside [0, 10 s]: a usage error (exit 2) before anything is loaded.
+TEST(BadInput, PeerWorkerSpinOutOfRangeIsAUsageError) {
+  test::TempDir tmp;
+  const std::string dir = test::oracle_dir("qwen3moe_f32");
+  const std::string rowmap = tmp.file("rowmap.json");
+  test::write_rowmap(dir, rowmap, [](int64_t, int64_t e) { return e % 2 == 0; });
+  int i = 0;
+  for (const std::string spin : {"-1", "10000001", "soon"}) {
+    const std::string lane = fmt::format("badspin-{}-{}", getpid(), i++);
+    test::Child c = test::spawn({test::tandem_binary(), "peer", "--model", dir, "--rowmap", rowmap, "--lane", lane,
+                                 "--worker-spin-us", spin},
+                                tmp.file("out"), tmp.file("err"));
+    ASSERT_TRUE(test::wait_exit(c, 60)) << spin << ": still running";
+    const std::string err = test::read_file(tmp.file("err"));
+    EXPECT_EQ(c.exit_code, 2) << spin << ": " << err;
+    EXPECT_NE(err.find("--worker-spin-us"), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists("/dev/shm/tandem-" + lane)) << spin;
+  }
+}
+
 }  // namespace
 }  // namespace tandem

@@ -181,46 +181,39 @@ TEST(BadInput, UnknownFlagIsExitTwo) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
-// `tandem peer --device` that names no device here: exit 2 with the value in the message, before any
-// segment exists (with or without the CUDA backend, with or without a GPU). Bounded: a peer that
-// wrongly accepted the device would serve forever.
-TEST(BadInput, PeerOnADeviceThatIsNotThereCreatesNoSegment) {
+// Starts `tandem peer` on the qwen3 fixture with each of `values` for `flag`: every one must end at
+// once with exit 2, the message containing `expect` (with the value in place of {}), and no segment.
+// Bounded: a peer that wrongly accepted the value would serve forever.
+void expect_peer_refuses(const std::string& flag, const std::vector<std::string>& values, const std::string& expect) {
   test::TempDir tmp;
   const std::string dir = test::oracle_dir("qwen3moe_f32");
   const std::string rowmap = tmp.file("rowmap.json");
   test::write_rowmap(dir, rowmap, [](int64_t, int64_t e) { return e % 2 == 0; });
-  int i = 0;
-  for (const std::string device : {"bogus", "cuda:99", "cuda:x"}) {
-    const std::string lane = fmt::format("baddev-{}-{}", getpid(), i++);
-    test::Child c = test::spawn({test::tandem_binary(), "peer", "--model", dir, "--rowmap", rowmap, "--lane", lane,
-                                 "--device", device},
-                                tmp.file("out"), tmp.file("err"));
-    ASSERT_TRUE(test::wait_exit(c, 60)) << device << ": still running";
+  static int n = 0;
+  for (const std::string& value : values) {
+    const std::string lane = fmt::format("badpeer-{}-{}", getpid(), n++);
+    test::Child c = test::spawn(
+        {test::tandem_binary(), "peer", "--model", dir, "--rowmap", rowmap, "--lane", lane, flag, value},
+        tmp.file("out"), tmp.file("err"));
+    ASSERT_TRUE(test::wait_exit(c, 60)) << flag << " " << value << ": still running";
     const std::string err = test::read_file(tmp.file("err"));
-    EXPECT_EQ(c.exit_code, 2) << device << ": " << err;
-    EXPECT_NE(err.find("error: --device " + device + ": "), std::string::npos) << err;
-    EXPECT_FALSE(fs::exists("/dev/shm/tandem-" + lane)) << device;
+    EXPECT_EQ(c.exit_code, 2) << value << ": " << err;
+    std::string want = expect;
+    if (const size_t at = want.find("{}"); at != std::string::npos) want.replace(at, 2, value);
+    EXPECT_NE(err.find(want), std::string::npos) << "'" << want << "' not in: " << err;
+    EXPECT_FALSE(fs::exists("/dev/shm/tandem-" + lane)) << value;
   }
 }
 
-// `tandem peer --worker-spin-us` outside [0, 10 s]: a usage error (exit 2) before anything is loaded.
+// `tandem peer --device` that names no device here: exit 2 with the value in the message, before any
+// segment exists (with or without the CUDA backend, with or without a GPU).
+TEST(BadInput, PeerOnADeviceThatIsNotThereCreatesNoSegment) {
+  expect_peer_refuses("--device", {"bogus", "cuda:99", "cuda:x"}, "error: --device {}: ");
+}
+
+// `tandem peer --worker-spin-us` outside [0, 10 s] or not a number: a usage error before anything is loaded.
 TEST(BadInput, PeerWorkerSpinOutOfRangeIsAUsageError) {
-  test::TempDir tmp;
-  const std::string dir = test::oracle_dir("qwen3moe_f32");
-  const std::string rowmap = tmp.file("rowmap.json");
-  test::write_rowmap(dir, rowmap, [](int64_t, int64_t e) { return e % 2 == 0; });
-  int i = 0;
-  for (const std::string spin : {"-1", "10000001", "soon"}) {
-    const std::string lane = fmt::format("badspin-{}-{}", getpid(), i++);
-    test::Child c = test::spawn({test::tandem_binary(), "peer", "--model", dir, "--rowmap", rowmap, "--lane", lane,
-                                 "--worker-spin-us", spin},
-                                tmp.file("out"), tmp.file("err"));
-    ASSERT_TRUE(test::wait_exit(c, 60)) << spin << ": still running";
-    const std::string err = test::read_file(tmp.file("err"));
-    EXPECT_EQ(c.exit_code, 2) << spin << ": " << err;
-    EXPECT_NE(err.find("--worker-spin-us"), std::string::npos) << err;
-    EXPECT_FALSE(fs::exists("/dev/shm/tandem-" + lane)) << spin;
-  }
+  expect_peer_refuses("--worker-spin-us", {"-1", "10000001", "soon"}, "--worker-spin-us");
 }
 
 }  // namespace

@@ -25,7 +25,8 @@ class HostBuffer {
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   // Bytes of this buffer the kernel reports as huge-page backed (from /proc/self/smaps; -1 when that
-  // cannot be read). Touch the memory first: pages are allocated on first write.
+  // cannot be read). Touch the memory first: pages are allocated on first write. Counted per mapping:
+  // when the kernel merged a neighbouring mapping with the same flags into ours, its pages count too.
   int64_t huge_bytes() const;
 
  private:

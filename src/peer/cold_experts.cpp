@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "moe/experts.h"
 
@@ -23,7 +24,7 @@ ColdExperts::ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& p
     : hidden_(model.cfg.hidden_size), n_expert_(model.cfg.n_expert), pool_(pool) {
   const auto& c = model.cfg;
   experts_.assign(size_t(c.n_layer), std::vector<ExpertWeights>(size_t(c.n_expert)));
-  // Bytes each cold expert takes in the arena (its parts 64-byte aligned); 0 = not held here.
+  // Bytes a cold expert takes in the arena (each of its parts 64-byte aligned).
   auto room = [&](const ExpertWeights& src) -> size_t {
     if (split_begin > 0) return sliced_bytes(src, split_begin, src.gate.rows());
     size_t bytes = 0;
@@ -42,12 +43,18 @@ ColdExperts::ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& p
     }
   };
   size_t total = 0;
+  int64_t count = 0;
   for_each_cold([&](int64_t l, int64_t e, const ExpertWeights& src) {
     if (split_begin >= src.gate.rows())
       fail("split column {} is past the {} features of expert {}/{}", split_begin, src.gate.rows(), l, e);
     total += room(src);
+    ++count;
   });
-  storage_ = HostBuffer(total);  // one arena on huge pages: the experts are streamed every step
+  try {
+    storage_ = HostBuffer(total);  // one arena on huge pages: the experts are streamed every step
+  } catch (const std::bad_alloc&) {
+    fail("cannot map {:.3f} GB of host memory for the {} cold experts of the rowmap", double(total) / 1e9, count);
+  }
   uint8_t* p = storage_.data();
   for_each_cold([&](int64_t l, int64_t e, const ExpertWeights& src) {
     ExpertWeights& dst = experts_[size_t(l)][size_t(e)];

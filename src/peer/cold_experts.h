@@ -4,7 +4,6 @@
 // to be backed by huge pages (core/host_buffer.h): a pass streams whole experts every step.
 #pragma once
 
-#include <memory>
 #include <vector>
 
 #include "core/host_buffer.h"

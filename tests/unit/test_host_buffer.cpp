@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <utility>
 
 #include "core/host_buffer.h"
@@ -42,6 +43,10 @@ TEST(HostBuffer, OrdinaryPagesWhenAskedForThem) {
   std::memset(b.data(), 1, b.size());
   const int64_t huge = b.huge_bytes();
   EXPECT_TRUE(huge == 0 || huge == -1) << huge;
+}
+
+TEST(HostBuffer, MoreThanTheAddressSpaceIsBadAlloc) {
+  EXPECT_THROW(HostBuffer(size_t(1) << 62), std::bad_alloc);
 }
 
 TEST(HostBuffer, MovesOwnership) {

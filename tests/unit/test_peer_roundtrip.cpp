@@ -324,7 +324,7 @@ TEST(PeerRoundTrip, StaleHeartbeatMeansPrimaryGone) {
 TEST(PeerRoundTrip, RingWakesANappingPeerWithoutARequest) {
   MockCompute compute(kLayers, kExperts, 16);
   ServerOptions so;
-  so.spin_us = 100'000;     // awake for 100 ms after a wake-up
+  so.spin_us = 500'000;     // awake for 0.5 s after a wake-up (the test polls every 1 ms)
   so.idle_nap_ms = 20'000;  // a nap nobody ends lasts 20 s
   Lane lane(compute, geometry(), 42, so);
   lane.attach();
@@ -337,7 +337,7 @@ TEST(PeerRoundTrip, RingWakesANappingPeerWithoutARequest) {
     }
     return false;
   };
-  ASSERT_TRUE(becomes(1, 5.0)) << "the idle peer never napped";
+  ASSERT_TRUE(becomes(1, 10.0)) << "the idle peer never napped";
   lane.client->ring();
   EXPECT_TRUE(becomes(0, 2.0)) << "the ring did not wake the peer";
   EXPECT_EQ(lane.server->served(), 0u);

@@ -105,8 +105,8 @@ RunFn setup(CLI::App& app) {
       "Microseconds to keep polling the slots after the last request before napping on the doorbell "
       "(default 100; with --device cuda 1000000000, i.e. always polling on one core). A GPU primary rings the "
       "doorbell once per step, not per request: give such a peer more than the gaps between the requests of one "
-      "step, e.g. 50000 (or 1000000000: a dedicated core), or it answers after naps "
-      "of up to 10 ms");
+      "step, e.g. 50000 (or 1000000000: a dedicated core); with less, its first requests wait for naps of up to "
+      "10 ms, after which the peer polls 50000 on its own");
   app.add_option("--worker-spin-us", o->worker_spin_us,
                  "Microseconds a compute thread keeps polling for the next pass before it sleeps (default 200). "
                  "Waking sleeping threads costs tens of microseconds (more on a VM); when the gaps between "

@@ -183,7 +183,7 @@ void PeerClient::submit(int slot, int layer, const float* x, int64_t n_rows, con
   Header& h = segment_->header();
   h.primary_progress_ns.store(t, std::memory_order_relaxed);
   if (options_.heartbeat_interval_ms == 0) h.primary_heartbeat_ns.store(t, std::memory_order_relaxed);
-  ring();
+  if (options_.ring_per_request) ring();
 }
 
 void PeerClient::ring() {

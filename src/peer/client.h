@@ -55,6 +55,7 @@ struct ClientOptions {
   uint64_t spin_limit_us = 50;
   double attach_timeout_s = 30.0;         // for the segment to appear and the peer to accept us
   uint64_t heartbeat_interval_ms = 100;   // primary heartbeat thread period; 0 = no thread
+  bool ring_per_request = true;  // testing aid: false publishes like a GPU's stream (no doorbell ring)
 };
 
 struct ClientStats {

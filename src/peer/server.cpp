@@ -1,6 +1,7 @@
 // The peer's serving loop (see server.h). Idle protocol: spin over the slots for spin_us, then set
 // peer_sleeping, read the doorbell, look once more and futex-nap on the doorbell; the primary bumps the
-// doorbell after each request and wakes us when peer_sleeping is set.
+// doorbell after each request and wakes us when peer_sleeping is set. A GPU primary cannot: its host
+// rings once per step, and a peer that finds requests waiting after unrung naps learns to spin longer.
 #include "peer/server.h"
 
 #include <signal.h>
@@ -63,7 +64,7 @@ std::unique_ptr<PeerServer> PeerServer::create(const std::string& lane, uint64_t
 }
 
 PeerServer::PeerServer(std::shared_ptr<Segment> segment, PeerCompute& compute, const ServerOptions& options)
-    : segment_(std::move(segment)), compute_(compute), options_(options) {
+    : segment_(std::move(segment)), compute_(compute), options_(options), spin_us_(options.spin_us) {
   const Geometry& g = segment_->geometry();
   TANDEM_ASSERT(compute_.n_layers() > 0 && compute_.n_experts() > 0, "compute has {} layers, {} experts",
                 compute_.n_layers(), compute_.n_experts());
@@ -113,7 +114,7 @@ ServeEnd PeerServer::serve() {
       last_work = now;
       continue;
     }
-    if (now - last_work < options_.spin_us * 1000) {
+    if (now - last_work < spin_us_.load(std::memory_order_relaxed) * 1000) {
       cpu_relax();
       continue;
     }
@@ -122,8 +123,21 @@ ServeEnd PeerServer::serve() {
     if (!any_pending() && !stop_.load(std::memory_order_relaxed))
       futex_wait(&h.doorbell, bell, options_.idle_nap_ms * 1'000'000);
     h.peer_sleeping.store(0, std::memory_order_relaxed);
-    if (h.doorbell.load(std::memory_order_relaxed) != bell) last_work = now_ns();
+    if (h.doorbell.load(std::memory_order_relaxed) != bell) {
+      last_work = now_ns();
+    } else if (any_pending()) {
+      note_unrung_request();
+    }
   }
+}
+
+void PeerServer::note_unrung_request() {
+  // Twice, not once: a CPU primary publishes, then rings, and a nap may end between the two.
+  if (++unrung_seen_ < 2 || spin_us_.load(std::memory_order_relaxed) >= options_.unrung_spin_us) return;
+  spin_us_.store(options_.unrung_spin_us, std::memory_order_relaxed);
+  spdlog::info("lane {}: requests arrive without a doorbell ring (a GPU primary): polling {} us after each "
+               "request from now on instead of {} (--spin-us)",
+               segment_->lane(), options_.unrung_spin_us, options_.spin_us);
 }
 
 bool PeerServer::any_pending() {

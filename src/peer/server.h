@@ -20,6 +20,10 @@ struct ServerOptions {
   uint64_t spin_us = 100;        // spin on the slots this long after the last request before sleeping
   double primary_stall_s = 2.0;  // a primary whose heartbeat is older than this counts as gone
   uint64_t idle_nap_ms = 10;     // futex nap while idle: how often stop, state and liveness are checked
+  // A primary whose requests come without a doorbell ring (a GPU's stream publishes them; its host
+  // rings once per step) leaves a napping peer asleep until the nap ends. After the second request
+  // found that way, the peer spins at least this long after each request from then on (logged once).
+  uint64_t unrung_spin_us = 50'000;
 };
 
 // Why serve() returned.
@@ -50,6 +54,8 @@ class PeerServer {
   void request_stop() { stop_.store(true, std::memory_order_relaxed); }
   Segment& segment() { return *segment_; }
   uint64_t served() const { return served_.load(); }
+  // The spin in force: options.spin_us, or unrung_spin_us once the primary proved not to ring.
+  uint64_t spin_us() const { return spin_us_.load(std::memory_order_relaxed); }
 
  private:
   bool handle_attach();  // false when the primary was refused
@@ -59,6 +65,8 @@ class PeerServer {
   // Validates the request of `slot` into ids_/weights_; returns kOk or the status, with detail_ set.
   Status validate(SlotView s, int32_t layer, uint32_t n_rows, uint32_t k);
   ServeEnd finish(ServeEnd end);
+  // A request was pending when a nap ended without a ring: see ServerOptions::unrung_spin_us.
+  void note_unrung_request();
 
   std::shared_ptr<Segment> segment_;
   PeerCompute& compute_;
@@ -68,6 +76,8 @@ class PeerServer {
   uint32_t acked_attach_ = 0;
   int32_t primary_pid_ = 0;  // 0 until a primary is accepted
   std::atomic<uint64_t> served_{0};
+  std::atomic<uint64_t> spin_us_{0};
+  int unrung_seen_ = 0;
   std::vector<int32_t> ids_;    // [max_rows, max_k] private copy of the request's ids
   std::vector<float> weights_;  // [max_rows, max_k]
   std::string detail_;

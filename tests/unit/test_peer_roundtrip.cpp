@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -341,6 +342,37 @@ TEST(PeerRoundTrip, RingWakesANappingPeerWithoutARequest) {
   lane.client->ring();
   EXPECT_TRUE(becomes(0, 2.0)) << "the ring did not wake the peer";
   EXPECT_EQ(lane.server->served(), 0u);
+}
+
+// A primary that publishes without ringing (as a GPU's stream does): the peer's naps delay its answers
+// until, after the second such request, it learns to keep polling; then answers come at once.
+TEST(PeerRoundTrip, PeerLearnsToPollForAPrimaryThatDoesNotRing) {
+  MockCompute compute(kLayers, kExperts, 16);
+  ServerOptions so;  // spin_us 100: naps between requests 20 ms apart
+  so.idle_nap_ms = 300;
+  so.unrung_spin_us = 2'000'000;
+  Lane lane(compute, geometry(), 42, so);
+  ClientOptions o;
+  o.ring_per_request = false;
+  lane.attach(42, o);
+  std::mt19937_64 rng(5);
+  std::vector<float> out(8 * 16);
+  auto round_trip_s = [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the peer's 100 µs spin
+    auto q = make_mock_request(rng, kLayers, kExperts, 16, 8, 4);
+    const auto t0 = std::chrono::steady_clock::now();
+    lane.client->submit(q.layer, q.x.data(), q.n_rows, q.ids.data(), q.weights.data(), q.k);
+    lane.client->wait(out.data());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(0, std::memcmp(out.data(), q.expected.data(), q.expected.size() * 4));
+    return s;
+  };
+  EXPECT_EQ(lane.server->spin_us(), 100u);
+  double first = 0;
+  for (int i = 0; i < 10 && lane.server->spin_us() == 100u; ++i) first = std::max(first, round_trip_s());
+  ASSERT_EQ(lane.server->spin_us(), 2'000'000u) << "the peer never learned";
+  EXPECT_GT(first, 0.1) << "an unrung request was answered before the nap ended";
+  for (int i = 0; i < 5; ++i) EXPECT_LT(round_trip_s(), 0.15) << "request " << i << " waited for a nap";
 }
 
 TEST(PeerRoundTrip, RequestStopEndsServe) {

@@ -57,18 +57,6 @@ ExpertPool make_experts(int64_t hidden, int64_t inter, size_t pool_bytes, bool h
   return p;
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    out.push_back(std::stoi(s.substr(i, j - i)));
-    i = j + 1;
-  }
-  return out;
-}
-
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
@@ -85,12 +73,20 @@ std::string read_first_line(const char* path) {
 
 int main(int argc, char** argv) {
   CLI::App app{"CPU peer expert pass on a few rows"};
-  std::string threads_s = "8,12", rows_s = "1,8", slots_s = "1,2", pages_s = "4k,huge", out_path;
+  std::vector<int> thread_counts = {8, 12}, row_counts = {1, 8}, slot_counts = {1, 2};
+  std::vector<std::string> page_kinds = {"4k", "huge"};
+  std::string out_path;
   int64_t hidden = 2048, inter = 512, pool_mib = 1024, calls = 1500;
-  app.add_option("--threads", threads_s, "thread counts, comma-separated");
-  app.add_option("--rows", rows_s, "token rows per call, comma-separated");
-  app.add_option("--slots", slots_s, "cold experts per row (distinct across the call), comma-separated");
-  app.add_option("--pages", pages_s, "memory backing the experts: 4k, huge, or both comma-separated");
+  app.add_option("--threads", thread_counts, "thread counts, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rows", row_counts, "token rows per call, comma-separated")->delimiter(',')->check(CLI::PositiveNumber);
+  app.add_option("--slots", slot_counts, "cold experts per row (distinct across the call), comma-separated")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--pages", page_kinds, "memory backing the experts: 4k, huge, or both comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"4k", "huge"}));
   app.add_option("--hidden", hidden, "hidden size")->check(CLI::PositiveNumber);
   app.add_option("--inter", inter, "expert intermediate size")->check(CLI::PositiveNumber);
   app.add_option("--pool-mib", pool_mib, "experts rotated through (MiB; above the L3)")->check(CLI::PositiveNumber);
@@ -108,25 +104,14 @@ int main(int argc, char** argv) {
                report["thp"].get<std::string>());
     fmt::print("{:>5} {:>4} {:>4} {:>5}  {:>9} {:>9} {:>8}  {:>11} {:>8}\n", "pages", "thr", "rows", "slots", "p50 us",
                "p90 us", "GB/s", "sum p50 us", "GB/s");
-    for (const std::string& pages : [&] {
-           std::vector<std::string> v;
-           size_t i = 0;
-           while (i < pages_s.size()) {
-             size_t j = pages_s.find(',', i);
-             if (j == std::string::npos) j = pages_s.size();
-             v.push_back(pages_s.substr(i, j - i));
-             i = j + 1;
-           }
-           return v;
-         }()) {
-      if (pages != "4k" && pages != "huge") tandem::fail("--pages takes 4k or huge, not '{}'", pages);
+    for (const std::string& pages : page_kinds) {
       ExpertPool pool = make_experts(hidden, inter, size_t(pool_mib) << 20, pages == "huge");
       const int64_t n_exp = int64_t(pool.experts.size());
       const double huge_share = double(pool.buf.huge_bytes()) / double(pool.buf.size());
-      for (int threads : parse_list(threads_s)) {
+      for (int threads : thread_counts) {
         ThreadPool tp(threads);
-        for (int rows : parse_list(rows_s)) {
-          for (int slots : parse_list(slots_s)) {
+        for (int rows : row_counts) {
+          for (int slots : slot_counts) {
             if (int64_t(rows) * slots > n_exp / 2) tandem::fail("{} rows x {} slots need a larger --pool-mib", rows, slots);
             std::vector<float> x(size_t(rows * hidden), 0.01f), out(size_t(rows * hidden));
             std::vector<int32_t> ids(size_t(rows * slots));

@@ -43,17 +43,16 @@ ColdExperts::ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& p
     }
   };
   size_t total = 0;
-  int64_t count = 0;
   for_each_cold([&](int64_t l, int64_t e, const ExpertWeights& src) {
     if (split_begin >= src.gate.rows())
       fail("split column {} is past the {} features of expert {}/{}", split_begin, src.gate.rows(), l, e);
     total += room(src);
-    ++count;
+    ++n_cold_;
   });
   try {
     storage_ = HostBuffer(total);  // one arena on huge pages: the experts are streamed every step
   } catch (const std::bad_alloc&) {
-    fail("cannot map {:.3f} GB of host memory for the {} cold experts of the rowmap", double(total) / 1e9, count);
+    fail("cannot map {:.3f} GB of host memory for the {} cold experts of the rowmap", double(total) / 1e9, n_cold_);
   }
   uint8_t* p = storage_.data();
   for_each_cold([&](int64_t l, int64_t e, const ExpertWeights& src) {
@@ -68,7 +67,6 @@ ColdExperts::ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& p
     }
     p = start + room(src);
     bytes_ += dst.nbytes();
-    ++n_cold_;
   });
 }
 

@@ -352,7 +352,8 @@ int run(Opts o) {
                     {"tokens", o.tokens},     {"prompt_tokens", o.prompt_tokens},
                     {"warmup_tokens", o.warmup_tokens}, {"probe_tokens", o.probe_tokens},
                     {"rowmap", o.model.rowmap}, {"peer", o.model.peer}, {"split", o.model.split}, {"split_peer", o.model.split_peer},
-                    {"threads", o.model.threads}, {"peer_spin_limit_us", o.model.peer_spin_limit_us}};
+                    {"threads", o.model.threads}, {"peer_spin_limit_us", o.model.peer_spin_limit_us},
+                    {"host_wait", o.model.host_wait}};
   report.bandwidths = o.bw;
   const bench::Bandwidths defaults;
   report.bandwidths_default = o.bw.hbm_gbps == defaults.hbm_gbps && o.bw.dram_gbps == defaults.dram_gbps &&

@@ -28,6 +28,7 @@ struct ModelOptions {
   std::string rowmap;   // --rowmap R (lanes peer, host and split)
   uint64_t peer_spin_limit_us = 50;
   int64_t peer_check = 0;
+  std::string host_wait = "spin";  // --host-wait (cuda): spin or sleep
 };
 
 // --device: nullopt for "cpu", the GPU index for "cuda" / "cuda:N". InputError (naming the value) for
@@ -35,7 +36,7 @@ struct ModelOptions {
 std::optional<int> parse_device(const std::string& device);
 
 // --model (required), --threads, --ctx, --device, --lane, --peer, --split-share, --split-peer, --rowmap,
-// --peer-spin-limit, --peer-check.
+// --peer-spin-limit, --peer-check, --host-wait.
 void add_model_options(CLI::App& app, ModelOptions& o);
 
 // A model with its engine on the chosen device and lane.

@@ -70,9 +70,14 @@ TEST_P(CudaOracle, GraphsHostLaneAndEagerAgreeBitwise) {
   host_opt.lane = CudaLane::kHost;
   host_opt.cold = cold_tail(model->cfg, 0.5);
   auto host = make_cuda_engine(*model, {}, host_opt);
+  CudaOptions sleep_opt;  // the host sleeps on a blocking-sync event instead of spinning: same bits, complete
+  sleep_opt.host_wait = CudaHostWait::kSleep;
+  auto sleeping = make_cuda_engine(*model, {}, sleep_opt);
   auto a = run_generate(*local, 256);
   EXPECT_EQ(run_generate(*eager, 256), a);
   EXPECT_EQ(run_generate(*host, 256), a);
+  EXPECT_EQ(run_generate(*sleeping, 256), a);
+  EXPECT_EQ(run_generate(*sleeping, 256), a);  // its graphs replayed
 }
 
 // PDL only changes when a kernel is scheduled, never what it computes: with graphs on (captured and

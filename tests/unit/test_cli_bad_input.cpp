@@ -181,6 +181,14 @@ TEST(BadInput, UnknownFlagIsExitTwo) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
+TEST(BadInput, HostWaitMustBeSpinOrSleep) {
+  auto r = test::run_tandem(
+      {"generate", "--model", test::oracle_dir("qwen3moe_f32"), "--prompt-ids", "1,2", "--host-wait", "nap"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--host-wait"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nap"), std::string::npos) << r.err;
+}
+
 // Starts `tandem peer` on the qwen3 fixture with each of `values` for `flag`: every one must end at
 // once with exit 2, the message containing `expect` (with the value in place of {}), and no segment.
 // Bounded: a peer that wrongly accepted the value would serve forever.

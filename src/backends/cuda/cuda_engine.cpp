@@ -44,6 +44,7 @@ class CudaEngine final : public Engine {
  private:
   void ensure_rows(int n);
   void drop_graphs();
+  void sync();  // waits for the stream as CudaOptions::host_wait says
   void enqueue_step(int n, int nw, bool hooked, bool checking);
   // fuse_norm: the first projection applies the layer's RMSNorm itself (no rms_norm launch before).
   void attention_gqa(int64_t l, const RowInfo& rows, bool fuse_norm);
@@ -62,6 +63,7 @@ class CudaEngine final : public Engine {
   bool pdl_ = false;     // pdl_ok_ && cuda_.pdl (or set_pdl's choice)
   int ctx_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;  // blocking-sync event the host sleeps on (host_wait sleep); null: spin
   std::unique_ptr<DeviceWeights> w_;
   std::vector<bool> live_;
   std::vector<int64_t> len_;
@@ -145,6 +147,8 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
     fail("split column {} is outside the experts' {} intermediate features", cuda_.split_begin,
          c_.moe_intermediate_size);
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (cuda_.host_wait == CudaHostWait::kSleep)
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming));
   const ColdPlacement placement = cuda_.lane == CudaLane::kPeer    ? ColdPlacement::kNone
                                   : cuda_.lane == CudaLane::kSplit ? ColdPlacement::kSplit
                                                                    : ColdPlacement::kHost;
@@ -241,7 +245,17 @@ CudaEngine::~CudaEngine() {
   if (h_meta_) cudaFreeHost(h_meta_);
   if (h_logits_) cudaFreeHost(h_logits_);
   w_.reset();
+  if (done_) cudaEventDestroy(done_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaEngine::sync() {
+  if (!done_) {
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
+  TANDEM_CUDA_CHECK(cudaEventRecord(done_, stream_));
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(done_));
 }
 
 template <class T>
@@ -398,7 +412,7 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
   }
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(h_logits_, logits_d_, size_t(nw) * V_ * 4, cudaMemcpyDeviceToHost, stream_));
   if (peer_) peer_->enqueue_error_readback(stream_);
-  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  sync();
   if (peer_) peer_->throw_if_failed();  // the step's logits are discarded
   logits_.assign(h_logits_, h_logits_ + size_t(nw) * V_);
   for (const auto& it : items) len_[size_t(it.seq)] += int64_t(it.tokens.size());
@@ -534,7 +548,7 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_nor
     std::vector<float> wts(size_t(n) * kS);
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_, ids.size() * 4, cudaMemcpyDeviceToHost, stream_));
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(wts.data(), wts_, wts.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync();
     Routing routing;
     routing.n_rows = n;
     routing.k = ra.k;
@@ -566,7 +580,7 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_nor
     if (r0 > 0) launch_peer_submit(peer_->dev(), int(l), h_, ids_, wts_, mask, r0, count, kS, ra.k, stream_);
     launch_peer_wait(peer_->dev(), ids_, mask, r0, count, kS, ra.k, split_, slot_out_, stream_);
     if (checking) {
-      TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      sync();
       peer_->check(l, count);
     }
   }
@@ -575,7 +589,7 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_nor
     std::vector<float> in(size_t(n) * H_), out(size_t(n) * H_);
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(in.data(), h_, in.size() * 4, cudaMemcpyDeviceToHost, stream_));
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(out.data(), moe_out_, out.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync();
     hooks.on_moe(l, in.data(), out.data(), n);
   }
 }

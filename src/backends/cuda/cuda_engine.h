@@ -23,6 +23,13 @@ namespace tandem {
 
 enum class CudaLane { kLocal, kHost, kPeer, kSplit };
 
+// How the host thread waits for a step's end: spinning (the CUDA runtime's default: the lowest
+// latency, one core busy for the whole step) or sleeping on an event created with
+// cudaEventBlockingSync (the driver wakes it when the step ends, a little later, and the core is
+// free meanwhile: for a CPU peer on the same host in the peer and split lanes). Which is faster
+// behind a CPU peer is not settled (docs/gpu.md, Host wait).
+enum class CudaHostWait { kSpin, kSleep };
+
 struct CudaOptions {
   int device = 0;
   CudaLane lane = CudaLane::kLocal;
@@ -47,6 +54,7 @@ struct CudaOptions {
   // scheduled while its predecessor finishes and waits for it on the device (docs/gpu.md). Same
   // results bitwise; the environment variable TANDEM_PDL=0 turns it off, as do devices before sm_90.
   bool pdl = true;
+  CudaHostWait host_wait = CudaHostWait::kSpin;
 };
 
 // "cuda" -> 0, "cuda:N" -> N; nullopt for anything else ("cpu", "cuda:x", ...).

@@ -13,10 +13,14 @@
 # GPU time per kernel at 1 and 8 sequences, 16- and 120-token prompts), NCU (1: Nsight Compute's own
 # kernel times of two decode steps at NCU_BATCHES sequences, default "1 8", 16-token prompts, summed
 # per kernel by scripts/ncu_step.py),
+# DECODE_REPS (DECODE's runs, default 1), DECODE_BASE (a second bench_gpu_decode, e.g. built from the tree
+# before a change: each DECODE run then times it first and this tree's right after, on the same box),
+# ROWMAP (a rowmap from an earlier run on this box: used as is, no profile and plan), HOST_WAIT (tandem
+# bench's --host-wait: spin, the default, or sleep), SKIP_CHECK (no check gate after the benchmark),
 # PEER_DEVICE (the peers' --device: cpu, or cuda:1 for a second GPU as the peer — on a two-GPU box,
 # LANES=host,peer,local,host gives issue 6's comparison), PEER_THREADS (default 12: with 14, the idle
 # second peer's polling thread and the primary's thread, the 16 cores were fully subscribed and the
-# peer cells erratic; bench/RESULTS.md, evening round),
+# peer cells erratic; bench/RESULTS.md, evening round; 14 behind a sleeping primary: "Host wait"),
 # PEER_SPIN_US (the peers' --spin-us, default 50000: the engine rings a napping peer before each step,
 # so the peer of the lane not being measured naps instead of holding a core), PEER_WORKER_SPIN_US (their
 # --worker-spin-us, default 50000: compute threads stay awake between the passes of a step),
@@ -51,7 +55,10 @@ t0=$(date +%s)
 log "synth flash-mini --router-skew $skew: exit $? in $(( $(date +%s) - t0 )) s"
 "$T" info --model "$model" > "$out/info.txt" 2>&1
 
-if [ -z "${SKIP_BENCH:-}" ]; then
+if [ -n "${ROWMAP:-}" ]; then
+  cp "$ROWMAP" "$out/rowmap.json"
+  log "rowmap: $ROWMAP (not profiled again)"
+elif [ -z "${SKIP_BENCH:-}" ]; then
 t0=$(date +%s)
 timeout 150 "$T" profile --model "$model" --device cuda --corpus "$corpus" --max-tokens-per-kind "${PROFILE_TOKENS:-6000}" \
   --out "$out/stats.json" > "$out/profile.log" 2>&1
@@ -80,7 +87,8 @@ bench_run() {  # LABEL SPLIT LANES USERS KINDS TIMEOUT
   case ",$lanes," in *,split,*) start_peer bench-split --split-share "$sp" ;; esac
   local t0=$(date +%s)
   timeout "$limit" "$T" bench --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer bench \
-    --split-peer bench-split --split-share "$sp" --peer-spin-limit 2000 --lanes "$lanes" --users "$users" --kinds "$kinds" \
+    --split-peer bench-split --split-share "$sp" --peer-spin-limit 2000 --host-wait "${HOST_WAIT:-spin}" \
+    --lanes "$lanes" --users "$users" --kinds "$kinds" \
     --corpus "$corpus" --tokens "${TOKENS:-24}" --out-dir "$out" --label "$label" \
     --machine "H200 box: $(nproc)-core host" > "$out/bench-$label.txt" 2> "$out/bench-$label.log"
   log "bench $label (lanes $lanes, split $sp): exit $? in $(( $(date +%s) - t0 )) s"
@@ -89,9 +97,15 @@ bench_run() {  # LABEL SPLIT LANES USERS KINDS TIMEOUT
 
 if [ -n "${DECODE:-}" ]; then
   for pr in ${DECODE_PROMPTS:-16}; do
-    timeout 120 "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --batches 1,8,16,32 --prompt "$pr" \
-      ${PDL:+--pdl "$PDL"} --json "$out/gpu_decode-$pr.json" > "$out/gpu_decode-$pr.txt" 2>&1
-    log "bench_gpu_decode --prompt $pr: exit $?"
+    for rep in $(seq "${DECODE_REPS:-1}"); do
+      for v in ${DECODE_BASE:+base} new; do
+        bin="$carry/bin/bench_gpu_decode"
+        [ "$v" = base ] && bin=$DECODE_BASE
+        timeout 120 "$bin" --model "$model" --lanes local --batches 1,8,16,32 --prompt "$pr" \
+          ${PDL:+--pdl "$PDL"} --json "$out/gpu_decode-$pr-$v-$rep.json" > "$out/gpu_decode-$pr-$v-$rep.txt" 2>&1
+        log "bench_gpu_decode ($v, run $rep) --prompt $pr: exit $? $(grep -E '^local +1 ' "$out/gpu_decode-$pr-$v-$rep.txt" | head -1)"
+      done
+    done
   done
 fi
 if [ -n "${BREAKDOWN:-}" ]; then
@@ -121,6 +135,8 @@ done
 if [ -z "${SKIP_BENCH:-}" ]; then
   bench_run flash-mini "$split" "${LANES:-host,peer,split,host}" "${USERS:-1,8,16,32}" \
     "${KINDS:-prose,code_python,code_c,json,shell}" 400
+fi
+if [ -z "${SKIP_BENCH:-}" ] && [ -z "${SKIP_CHECK:-}" ]; then
   start_peer check-split --split-share "$split"
   t0=$(date +%s)
   timeout 60 "$T" check --model "$model" --device cuda --rowmap "$out/rowmap.json" --lane split --peer check-split \

@@ -98,6 +98,7 @@ CellSummary summarize(const Cell& cell) {
   }
   if (s.lanes.size() > 1 && s.lanes[0].mean_tokens_per_s > 0)
     for (size_t i = 1; i < s.lanes.size(); ++i) s.lanes[i].ratio = s.lanes[i].mean_tokens_per_s / s.lanes[0].mean_tokens_per_s;
+  s.steady = s.lanes.empty() || !s.lanes[0].spread || *s.lanes[0].spread <= kSteadySpread;
   const auto& r = cell.runs;
   if (r.size() == 3 && r[0].lane == r[2].lane && r[1].lane != r[0].lane) {
     const double a = (r[0].tokens_per_s() + r[2].tokens_per_s()) / 2;
@@ -211,7 +212,8 @@ nlohmann::json to_json(const Report& report) {
                      {"summary", {{"baseline", s.lanes.empty() ? "" : s.lanes[0].lane},
                                   {"lanes", lanes},
                                   {"aba_ratio", opt(s.aba_ratio)},
-                                  {"aba_spread", opt(s.aba_spread)}}}});
+                                  {"aba_spread", opt(s.aba_spread)},
+                                  {"steady", s.steady}}}});
   }
   return {{"schema", "tandem-bench/1"},
           {"date", report.date},
@@ -231,6 +233,9 @@ nlohmann::json to_json(const Report& report) {
             {"spread", "(max - min) / mean of a lane's repeats in the cell"},
             {"ratio_to_first", "lane mean / mean of the first listed lane (= B / mean(A) for A,B,A)"},
             {"aba_spread", "|A1 - A2| / mean(A)"},
+            {"steady", fmt::format("the first lane's spread in the cell is at most {:g}: otherwise the machine changed "
+                                   "speed while the cell ran and its ratios are not to be relied on",
+                                   kSteadySpread)},
             {"wait_p50_us_le", "upper edge of the power-of-two histogram bucket holding the quantile"},
             {"bound_ms", "max over paths (hbm, dram, link) of bytes_per_step / bandwidth"}}},
           {"cells", cells},
@@ -246,6 +251,14 @@ std::string to_markdown(const Report& report) {
   const auto users = distinct_users(report);
   std::map<std::pair<std::string, int64_t>, CellSummary> sums;
   for (const Cell& c : report.cells) sums[{c.kind, c.users}] = summarize(c);
+  size_t unsteady = 0;
+  for (const auto& [key, s] : sums) unsteady += s.steady ? 0 : 1;
+  const std::string dagger = "†";
+  if (unsteady > 0)
+    md += fmt::format("**{} of {} cells were not steady** (marked {}): their {} runs differ by more than {:.0f}%, so the "
+                      "machine changed speed while they ran; rerun them before relying on their ratios.\n\n",
+                      unsteady, sums.size(), dagger, report.cells[0].runs.empty() ? "" : report.cells[0].runs[0].lane,
+                      kSteadySpread * 100);
   if (!report.cells.empty()) {
     const CellSummary first = summarize(report.cells[0]);
     for (size_t li = 1; li < first.lanes.size(); ++li) {
@@ -262,7 +275,8 @@ std::string to_markdown(const Report& report) {
           auto it = sums.find({kind, u});
           std::string v = "-";
           if (it != sums.end() && li < it->second.lanes.size())
-            v = fmt::format("{} ({})", times(it->second.lanes[li].ratio), pct(it->second.lanes[0].spread));
+            v = fmt::format("{} ({}){}", times(it->second.lanes[li].ratio), pct(it->second.lanes[0].spread),
+                            it->second.steady ? "" : " " + dagger);
           md += fmt::format(" {} |", v);
         }
         md += "\n";
@@ -282,7 +296,9 @@ std::string to_markdown(const Report& report) {
           l.counters ? fmt::format("{} / {}", edge(l.counters->wait_p50_us), edge(l.counters->wait_p99_us)) : "n/a";
       md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f}% | {} / {} / {} | {:.3f} | {:.3f} | {} |\n",
                         c.kind, c.users, l.lane, l.repeats, num(l.mean_tokens_per_s),
-                        num(l.mean_tokens_per_s / double(std::max<int64_t>(1, c.users))), l.repeats > 1 ? pct(l.spread) : "-", times(l.ratio),
+                        num(l.mean_tokens_per_s / double(std::max<int64_t>(1, c.users))),
+                        l.repeats > 1 ? pct(l.spread) + (&l == &s.lanes[0] && !s.steady ? " " + dagger : "") : "-",
+                        times(l.ratio),
                         wait, l.counters ? fmt::format("{}", l.counters->overruns) : "n/a", l.cold_share * 100,
                         size_str(l.bytes.hbm), size_str(l.bytes.dram), size_str(l.bytes.link), l.mean_step_ms, l.bound_ms,
                         l.bound_ms > 0 ? fmt::format("{:.2f}", l.mean_step_ms / l.bound_ms) : "-");

@@ -79,10 +79,15 @@ struct Cell {
   std::vector<LaneRun> runs;  // in the --lanes order
 };
 
+// A cell whose baseline runs (lanes[0]'s repeats) differ by more than this is not steady: the machine
+// changed speed while the cell ran, and its ratios are not measurements to rely on.
+constexpr double kSteadySpread = 0.05;
+
 struct CellSummary {
   std::vector<LaneSummary> lanes;  // distinct lanes, first appearance first; lanes[0] is the baseline A
   // B / mean(A) when the runs are exactly A, B, A (A != B); the spread of the two A runs with it.
   std::optional<double> aba_ratio, aba_spread;
+  bool steady = true;  // lanes[0]'s spread ≤ kSteadySpread (a baseline run once counts as steady)
 };
 CellSummary summarize(const Cell& cell);
 

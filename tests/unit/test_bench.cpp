@@ -223,6 +223,38 @@ TEST(BenchReport, MarkdownHasTheRatioTableAndEveryCell) {
   EXPECT_NE(md.find("- a note"), std::string::npos) << md;
 }
 
+// A cell whose baseline runs differ by more than 5% is flagged: in the summary (JSON), with a dagger on
+// its ratios and its baseline spread, and with a count above the tables; a steady cell is not.
+TEST(BenchReport, UnsteadyCellsAreMarked) {
+  bench::Report r;
+  r.label = "m";
+  r.device = "cuda";
+  bench::Cell steady{"prose", 1, {}}, shaky{"json", 1, {}};
+  for (double host2 : {0.104, 0.125}) {  // host runs at 100 and 96 tok/s (4%), then 100 and 80 (22%)
+    bench::Cell& c = host2 < 0.11 ? steady : shaky;
+    c.runs.push_back(run_of("host", 1, 10, 0.1));
+    c.runs.push_back(run_of("peer", 1, 10, 0.07));
+    c.runs.push_back(run_of("host", 1, 10, host2));
+  }
+  r.cells = {steady, shaky};
+  EXPECT_TRUE(bench::summarize(steady).steady);
+  EXPECT_FALSE(bench::summarize(shaky).steady);
+  const auto j = bench::to_json(r);
+  EXPECT_EQ(j["cells"][0]["summary"]["steady"], true);
+  EXPECT_EQ(j["cells"][1]["summary"]["steady"], false);
+  const std::string md = bench::to_markdown(r);
+  EXPECT_NE(md.find("**1 of 2 cells were not steady**"), std::string::npos) << md;
+  EXPECT_NE(md.find("host runs differ by more than 5%"), std::string::npos) << md;
+  const size_t table = md.find("## peer / host");
+  ASSERT_NE(table, std::string::npos) << md;
+  const std::string prose_row = md.substr(md.find("| prose |", table), md.find('\n', md.find("| prose |", table)) - md.find("| prose |", table));
+  const std::string json_row = md.substr(md.find("| json |", table), md.find('\n', md.find("| json |", table)) - md.find("| json |", table));
+  EXPECT_EQ(prose_row.find("†"), std::string::npos) << prose_row;
+  EXPECT_NE(json_row.find("(22.2%) †"), std::string::npos) << json_row;
+  EXPECT_NE(md.find("| json | 1 | host | 2 | 90.0 | 90.0 | 22.2% † |"), std::string::npos) << md;
+  EXPECT_EQ(bench::to_markdown(bench::Report{}).find("not steady"), std::string::npos);
+}
+
 TEST(BenchReport, SvgIsWellFormedAndEscaped) {
   const std::string svg = bench::to_svg(sample_report());
   EXPECT_EQ(xml_problem(svg), "") << svg;

@@ -356,7 +356,10 @@ std::string to_svg(const Report& report) {
                                             report.device, report.date)));
   svg += fmt::format("<text x=\"14\" y=\"46\" font-size=\"12\" fill=\"#444\">{}</text>\n",
                      xml_escape("bars: mean of a lane's runs; whiskers: min..max; ×: ratio to the first lane (" +
-                                (lanes.empty() ? std::string("-") : lanes[0]) + ")"));
+                                (lanes.empty() ? std::string("-") : lanes[0]) + ")" +
+                                (std::any_of(sums.begin(), sums.end(), [](const auto& kv) { return !kv.second.steady; })
+                                     ? fmt::format("; †: its runs differ by more than {:.0f}%: not steady", kSteadySpread * 100)
+                                     : std::string())));
   double lx = 14;
   for (size_t i = 0; i < lanes.size(); ++i) {
     svg += fmt::format("<rect x=\"{:.0f}\" y=\"56\" width=\"14\" height=\"12\" fill=\"{}\"/>"
@@ -408,7 +411,8 @@ std::string to_svg(const Report& report) {
         if (l.ratio)  // upright text over a bar this narrow would run into its neighbours' labels
           svg += fmt::format("<text x=\"{0:.1f}\" y=\"{1:.1f}\" font-size=\"11\" font-weight=\"bold\" "
                              "transform=\"rotate(-90 {0:.1f} {1:.1f})\" dominant-baseline=\"middle\">{2}</text>\n",
-                             cx, y_of(l.max_tokens_per_s) - 4, xml_escape(fmt::format("×{:.2f}", *l.ratio)));
+                             cx, y_of(l.max_tokens_per_s) - 4,
+                             xml_escape(fmt::format("×{:.2f}{}", *l.ratio, it->second.steady ? "" : " †")));
       }
     }
     svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"#333\"/>"

@@ -253,6 +253,10 @@ TEST(BenchReport, UnsteadyCellsAreMarked) {
   EXPECT_NE(json_row.find("(22.2%) †"), std::string::npos) << json_row;
   EXPECT_NE(md.find("| json | 1 | host | 2 | 90.0 | 90.0 | 22.2% † |"), std::string::npos) << md;
   EXPECT_EQ(bench::to_markdown(bench::Report{}).find("not steady"), std::string::npos);
+  const std::string svg = bench::to_svg(r);
+  EXPECT_NE(svg.find(fmt::format("×{:.2f} †", 10 / 0.07 / 90.0)), std::string::npos) << svg;  // json's ratio
+  EXPECT_NE(svg.find(fmt::format("×{:.2f}<", 10 / 0.07 / ((100 + 10 / 0.104) / 2))), std::string::npos) << svg;
+  EXPECT_NE(svg.find("not steady"), std::string::npos);
 }
 
 TEST(BenchReport, SvgIsWellFormedAndEscaped) {

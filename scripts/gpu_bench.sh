@@ -16,11 +16,12 @@
 # DECODE_REPS (DECODE's runs, default 1), DECODE_BASE (a second bench_gpu_decode, e.g. built from the tree
 # before a change: each DECODE run then times it first and this tree's right after, on the same box),
 # ROWMAP (a rowmap from an earlier run on this box: used as is, no profile and plan), HOST_WAIT (tandem
-# bench's --host-wait: spin, the default, or sleep), SKIP_CHECK (no check gate after the benchmark),
+# bench's --host-wait: auto, the default — the peer and split lanes' primary sleeps, local and host spin —
+# spin or sleep), SKIP_CHECK (no check gate after the benchmark),
 # PEER_DEVICE (the peers' --device: cpu, or cuda:1 for a second GPU as the peer — on a two-GPU box,
-# LANES=host,peer,local,host gives issue 6's comparison), PEER_THREADS (default 12: with 14, the idle
-# second peer's polling thread and the primary's thread, the 16 cores were fully subscribed and the
-# peer cells erratic; bench/RESULTS.md, evening round; 14 behind a sleeping primary: "Host wait"),
+# LANES=host,peer,local,host gives issue 6's comparison), PEER_THREADS (default 14, with the peer
+# lanes' primary sleeping (HOST_WAIT auto): 14 behind a spinning primary left the 16 cores fully
+# subscribed and the peer cells erratic, so 12 went with spin; bench/RESULTS.md, "Host wait"),
 # PEER_SPIN_US (the peers' --spin-us, default 50000: the engine rings a napping peer before each step,
 # so the peer of the lane not being measured naps instead of holding a core), PEER_WORKER_SPIN_US (their
 # --worker-spin-us, default 50000: compute threads stay awake between the passes of a step),
@@ -71,7 +72,7 @@ peer_pids=()
 start_peer() {  # NAME [extra args]. A lane closes when its primary exits: each primary run gets fresh peers
   local name=$1
   shift
-  "$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane "$name" --device "${PEER_DEVICE:-cpu}" --threads "${PEER_THREADS:-12}" \
+  "$T" peer --model "$model" --rowmap "$out/rowmap.json" --lane "$name" --device "${PEER_DEVICE:-cpu}" --threads "${PEER_THREADS:-14}" \
     --spin-us "${PEER_SPIN_US:-50000}" --worker-spin-us "${PEER_WORKER_SPIN_US:-50000}" --max-rows 512 "$@" > "$out/peer-$name.out" 2> "$out/peer-$name.log" &
   peer_pids+=($!)
   for _ in $(seq 600); do grep -q serving "$out/peer-$name.log" 2>/dev/null && break; sleep 0.2; done
@@ -87,7 +88,7 @@ bench_run() {  # LABEL SPLIT LANES USERS KINDS TIMEOUT
   case ",$lanes," in *,split,*) start_peer bench-split --split-share "$sp" ;; esac
   local t0=$(date +%s)
   timeout "$limit" "$T" bench --model "$model" --device cuda --rowmap "$out/rowmap.json" --peer bench \
-    --split-peer bench-split --split-share "$sp" --peer-spin-limit 2000 --host-wait "${HOST_WAIT:-spin}" \
+    --split-peer bench-split --split-share "$sp" --peer-spin-limit 2000 --host-wait "${HOST_WAIT:-auto}" \
     --lanes "$lanes" --users "$users" --kinds "$kinds" \
     --corpus "$corpus" --tokens "${TOKENS:-24}" --out-dir "$out" --label "$label" \
     --machine "H200 box: $(nproc)-core host" > "$out/bench-$label.txt" 2> "$out/bench-$label.log"

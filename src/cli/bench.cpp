@@ -354,6 +354,8 @@ int run(Opts o) {
                     {"rowmap", o.model.rowmap}, {"peer", o.model.peer}, {"split", o.model.split}, {"split_peer", o.model.split_peer},
                     {"threads", o.model.threads}, {"peer_spin_limit_us", o.model.peer_spin_limit_us},
                     {"host_wait", o.model.host_wait}};
+  for (const std::string& l : o.lanes)  // what --host-wait (auto by default) came to on each lane
+    report.options["host_wait_by_lane"][l] = host_wait_sleeps(o.model.host_wait, l) ? "sleep" : "spin";
   report.bandwidths = o.bw;
   const bench::Bandwidths defaults;
   report.bandwidths_default = o.bw.hbm_gbps == defaults.hbm_gbps && o.bw.dram_gbps == defaults.dram_gbps &&

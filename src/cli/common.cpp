@@ -33,10 +33,10 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
   app.add_option("--peer-check", o.peer_check,
                  "Check gate: recompute every Nth handoff per layer here and record the cosine (0 = off)");
   app.add_option("--host-wait", o.host_wait,
-                 "cuda: how the host thread waits for each step: spin (default; lowest latency, holds a core) or "
-                 "sleep (on a blocking-sync event: woken a little later, and the core is free meanwhile, e.g. for "
-                 "a CPU peer on this host)")
-      ->check(CLI::IsMember({"spin", "sleep"}));
+                 "cuda: how the host thread waits for each step: spin (lowest latency, holds a core), sleep (on a "
+                 "blocking-sync event: woken a little later, and the core is free meanwhile, e.g. for a CPU peer "
+                 "on this host) or auto (default: sleep on lanes peer and split, spin on local and host)")
+      ->check(CLI::IsMember({"auto", "spin", "sleep"}));
 }
 
 namespace {
@@ -74,7 +74,7 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   if (gpu) {
     CudaOptions co;
     co.device = *gpu;
-    co.host_wait = o.host_wait == "sleep" ? CudaHostWait::kSleep : CudaHostWait::kSpin;
+    co.host_wait = host_wait_sleeps(o.host_wait, o.lane) ? CudaHostWait::kSleep : CudaHostWait::kSpin;
     if (o.lane == "host" || o.lane == "peer" || o.lane == "split") {
       const std::string name = o.lane == "split" && !o.split_peer.empty() ? o.split_peer : o.peer;
       if (o.lane != "host" && name.empty()) fail("--lane {} needs --peer NAME and --rowmap R", o.lane);

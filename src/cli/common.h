@@ -28,12 +28,20 @@ struct ModelOptions {
   std::string rowmap;   // --rowmap R (lanes peer, host and split)
   uint64_t peer_spin_limit_us = 50;
   int64_t peer_check = 0;
-  std::string host_wait = "spin";  // --host-wait (cuda): spin or sleep
+  std::string host_wait = "auto";  // --host-wait (cuda): auto, spin or sleep
 };
 
 // --device: nullopt for "cpu", the GPU index for "cuda" / "cuda:N". InputError (naming the value) for
 // anything else, for a GPU in a build without the CUDA backend, and for an index with no such device.
 std::optional<int> parse_device(const std::string& device);
+
+// Whether a GPU primary on `lane` sleeps on a blocking-sync event for each step (--host-wait
+// `host_wait`): sleep always, spin never, auto on the lanes with a peer (peer, split), whose CPU peer
+// on the same host can use the freed core.
+inline bool host_wait_sleeps(const std::string& host_wait, const std::string& lane) {
+  if (host_wait == "auto") return lane == "peer" || lane == "split";
+  return host_wait == "sleep";
+}
 
 // --model (required), --threads, --ctx, --device, --lane, --peer, --split-share, --split-peer, --rowmap,
 // --peer-spin-limit, --peer-check, --host-wait.

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "cli/common.h"
 #include "io/safetensors.h"
 #include "lane_tools/process.h"
 #include "lane_tools/rowmap_util.h"
@@ -181,7 +182,16 @@ TEST(BadInput, UnknownFlagIsExitTwo) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
-TEST(BadInput, HostWaitMustBeSpinOrSleep) {
+TEST(HostWait, AutoSleepsOnTheLanesWithAPeer) {
+  for (const char* lane : {"peer", "split"}) EXPECT_TRUE(cli::host_wait_sleeps("auto", lane)) << lane;
+  for (const char* lane : {"local", "host"}) EXPECT_FALSE(cli::host_wait_sleeps("auto", lane)) << lane;
+  for (const char* lane : {"local", "host", "peer", "split"}) {
+    EXPECT_TRUE(cli::host_wait_sleeps("sleep", lane)) << lane;
+    EXPECT_FALSE(cli::host_wait_sleeps("spin", lane)) << lane;
+  }
+}
+
+TEST(BadInput, HostWaitMustBeAutoSpinOrSleep) {
   auto r = test::run_tandem(
       {"generate", "--model", test::oracle_dir("qwen3moe_f32"), "--prompt-ids", "1,2", "--host-wait", "nap"});
   EXPECT_EQ(r.exit_code, 2);

@@ -8,8 +8,12 @@
 // its cold lists. Peer rows add handoffs per step, wait p50/p99 (histogram upper bounds), overruns and
 // the cold share of routed slots. --pdl 0|1|both: programmatic dependent launch off, on (default), or
 // bracketed off, on, off on the same engine for every batch size (graphs recaptured at each switch; the
-// on row's "vs off" is the mean of the two off runs over it). --breakdown N: instead of timing steps,
-// runs N eager steps (no graphs, no PDL) under a KernelProfile and prints each kernel's GPU time per
+// on row's "vs off" is the mean of the two off runs over it). --variants V1,V2,...: instead, the timed
+// runs of each batch size go through these configurations in turn on one engine (Variant below:
+// PDL, the expert kernels' rows per pass, the tensor-core projections, a kernel launched twice), each
+// row against the mean of the first variant's runs ("base,x2:attention,base": attention's share of
+// the step). --breakdown N: instead of timing steps, runs N eager steps (no graphs, no PDL) under a
+// KernelProfile and prints each kernel's GPU time per
 // step (launches of one kernel on different grids apart). Prints a table; --json writes it.
 #include <fmt/format.h>
 
@@ -18,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -36,8 +41,48 @@ namespace {
 
 constexpr double kHbm = 4.4e12, kPcie = 51e9;  // measured on the H200 box (BRIEF)
 
+// One timed configuration of the engine (--variants): tokens joined by '+', e.g. "rows2+count".
+//   base     PDL on, the kernels' default choices (cuda_kernel_policy() at start)
+//   pdl0     PDL off
+//   rowsN    expert kernels take at most N rows per pass (1, 2, 4, 8)
+//   count    expert kernels size their passes by each expert's own rows
+//   mmaN     projections of at least N rows on the tensor cores (mma0: never)
+//   x2:NAME  kernels whose name contains NAME are launched twice (KernelRepeat): the step's time
+//            less the reference's is their share of the critical path (the results are wrong)
+struct Variant {
+  std::string label;
+  bool pdl = true;
+  CudaKernelPolicy policy;
+  std::string twice;
+};
+
+Variant parse_variant(const std::string& spec, const CudaKernelPolicy& defaults) {
+  Variant v;
+  v.label = spec;
+  v.policy = defaults;
+  std::stringstream ss(spec);
+  std::string t;
+  auto number = [&](size_t skip) {
+    const std::string d = t.substr(skip);
+    if (d.empty() || d.size() > 4 || d.find_first_not_of("0123456789") != std::string::npos)
+      fail("--variants: '{}' needs a number after '{}'", t, t.substr(0, skip));
+    return std::stoi(d);
+  };
+  while (std::getline(ss, t, '+')) {
+    if (t == "base") continue;
+    if (t == "pdl0") v.pdl = false;
+    else if (t == "count") v.policy.expert_by_count = true;
+    else if (t == "rows1" || t == "rows2" || t == "rows4" || t == "rows8") v.policy.expert_max_rows = number(4);
+    else if (t.rfind("mma", 0) == 0) v.policy.linear_mma_min_rows = number(3);
+    else if (t.rfind("x2:", 0) == 0 && t.size() > 3) v.twice = t.substr(3);
+    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, count, mmaN, x2:NAME)", t);
+  }
+  return v;
+}
+
 struct Args {
-  std::string model, lanes = "local,host", batches = "1,8,16,32", json, peer, rowmap, write_rowmap, pdl = "1";
+  std::string model, lanes = "local,host", batches = "1,8,16,32", json, peer, rowmap, write_rowmap, pdl = "1",
+      variants;
   uint64_t spin_limit_us = 2000;
   double cold_fraction = 89.0 / 384.0;
   int steps = 64, prompt = 16, ctx = 1024, breakdown = 0;
@@ -103,11 +148,20 @@ int run(const Args& a) {
   const size_t expert_bytes = c.n_expert > 0 ? 3 * size_t(c.moe_intermediate_size) * c.hidden_size *
                                                    dtype_size(model->layers.back().experts[0].gate.dtype)
                                              : 0;
-  std::vector<bool> pdl_modes;
-  if (a.pdl == "0") pdl_modes = {false};
-  else if (a.pdl == "1") pdl_modes = {true};
-  else if (a.pdl == "both") pdl_modes = {false, true, false};
-  else fail("--pdl: expected 0, 1 or both, got '{}'", a.pdl);
+  std::vector<Variant> variants;
+  const CudaKernelPolicy defaults = cuda_kernel_policy();
+  auto parse_variant = [&](const std::string& spec) { return tandem::parse_variant(spec, defaults); };
+  if (!a.variants.empty()) {
+    for (const std::string& spec : split(a.variants)) variants.push_back(parse_variant(spec));
+  } else if (a.pdl == "0") {
+    variants = {parse_variant("pdl0")};
+  } else if (a.pdl == "1") {
+    variants = {parse_variant("base")};
+  } else if (a.pdl == "both") {
+    variants = {parse_variant("pdl0"), parse_variant("base"), parse_variant("pdl0")};
+  } else {
+    fail("--pdl: expected 0, 1 or both, got '{}'", a.pdl);
+  }
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::string> table;
   for (const std::string& lane : split(a.lanes)) {
@@ -207,22 +261,30 @@ int run(const Args& a) {
         for (int s : seqs) engine->remove_sequence(s);
         continue;
       }
-      std::vector<double> off_ms;
-      struct OnRun {
+      std::vector<double> ref_ms;  // runs of the first variant
+      struct Run {
         size_t row;  // in table and rows
         double ms;
       };
-      std::vector<OnRun> on_runs;
-      for (const bool want_pdl : pdl_modes) {
-        const bool pdl = cuda_set_pdl(*engine, want_pdl);
-        fresh();
-        int s_next = 1;
-        for (int i = 0; i < 3; ++i) step(s_next++);  // eager, capture, replay
-        const auto p0 = cuda_peer_stats(*engine);
-        const double t1 = now();
-        for (int s = 0; s < a.steps; ++s) step(s_next++);
-        const double ms = (now() - t1) / a.steps * 1e3;
-        const auto p1 = cuda_peer_stats(*engine);
+      std::vector<Run> other_runs;
+      for (const Variant& v : variants) {
+        const bool pdl = cuda_set_pdl(*engine, v.pdl);  // drops the graphs
+        cuda_set_kernel_policy(*engine, v.policy);
+        double ms = 0;
+        std::optional<CudaPeerStats> p0, p1;
+        {
+          std::optional<KernelRepeat> twice;
+          if (!v.twice.empty()) twice.emplace(v.twice);
+          fresh();
+          int s_next = 1;
+          for (int i = 0; i < 3; ++i) step(s_next++);  // eager, capture, replay
+          p0 = cuda_peer_stats(*engine);
+          const double t1 = now();
+          for (int s = 0; s < a.steps; ++s) step(s_next++);
+          ms = (now() - t1) / a.steps * 1e3;
+          p1 = cuda_peer_stats(*engine);
+        }
+        cuda_drop_graphs(*engine);  // none captured with a repeat outlives it
         std::string peer_cols;
         nlohmann::json peer_json;
         if (p0 && p1) {
@@ -238,25 +300,31 @@ int run(const Args& a) {
           peer_json = {{"handoffs", h}, {"wait_mean_us", mean_us}, {"wait_p50_us_below", p50}, {"wait_p99_us_below", p99},
                        {"overruns", p1->client.overruns - p0->client.overruns}, {"cold_share", share}};
         }
-        rows.push_back({{"lane", lane}, {"batch", B}, {"pdl", pdl}, {"ms_per_step", ms}, {"tokens_per_s", B / ms * 1e3},
-                        {"bytes_per_step", bytes}, {"cold_bytes_per_step", cold_b}, {"hbm_bound_ms", hbm_ms},
-                        {"link_bound_ms", link_ms}, {"bound_ms", bound}, {"peer", peer_json}});
+        rows.push_back({{"lane", lane}, {"batch", B}, {"pdl", pdl}, {"variant", v.label}, {"ms_per_step", ms},
+                        {"tokens_per_s", B / ms * 1e3}, {"bytes_per_step", bytes}, {"cold_bytes_per_step", cold_b},
+                        {"hbm_bound_ms", hbm_ms}, {"link_bound_ms", link_ms}, {"bound_ms", bound}, {"peer", peer_json},
+                        {"expert_max_rows", v.policy.expert_max_rows}, {"expert_by_count", v.policy.expert_by_count},
+                        {"linear_mma_min_rows", v.policy.linear_mma_min_rows}});
         table.push_back(fmt::format("{:<6} {:>3} {:>3} {:>9.3f} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}", lane,
                                     B, pdl ? "on" : "off", ms, B / ms * 1e3, bytes / 1e9, double(cold_b) / 1e9, hbm_ms,
                                     bound, ms / bound) +
-                        peer_cols);
+                        (variants.size() > 1 || v.label != "base" ? "  " + v.label : "") + peer_cols);
         fmt::print(stderr, "{}\n", table.back());
-        if (pdl) on_runs.push_back({table.size() - 1, ms});
-        else off_ms.push_back(ms);
+        if (v.label == variants.front().label) ref_ms.push_back(ms);
+        else other_runs.push_back({table.size() - 1, ms});
       }
-      // Bracketed runs: the on run against the mean of the off runs around it, with their spread.
-      if (!off_ms.empty()) {
-        const auto [lo, hi] = std::minmax_element(off_ms.begin(), off_ms.end());
-        double off_mean = 0;
-        for (double m : off_ms) off_mean += m / double(off_ms.size());
-        for (const auto& on : on_runs) {
-          table[on.row] += fmt::format("  vs off {:.3f}x (off {:.3f}..{:.3f} ms)", off_mean / on.ms, *lo, *hi);
-          rows[on.row]["speedup_vs_pdl_off"] = off_mean / on.ms;
+      // Bracketed runs: every other variant against the mean of the first variant's runs, with their
+      // spread (--pdl both: the on run against the off runs around it).
+      if (!ref_ms.empty()) {
+        const auto [lo, hi] = std::minmax_element(ref_ms.begin(), ref_ms.end());
+        double ref_mean = 0;
+        for (double m : ref_ms) ref_mean += m / double(ref_ms.size());
+        const std::string& ref = variants.front().label;
+        for (const auto& o : other_runs) {
+          table[o.row] += fmt::format("  vs {} {:.3f}x, {:+.1f} us ({} {:.3f}..{:.3f} ms)", ref, ref_mean / o.ms,
+                                      (o.ms - ref_mean) * 1e3, ref, *lo, *hi);
+          rows[o.row]["vs_first_variant"] = ref_mean / o.ms;
+          if (ref == "pdl0") rows[o.row]["speedup_vs_pdl_off"] = ref_mean / o.ms;
         }
       }
       for (int s : seqs) engine->remove_sequence(s);
@@ -289,6 +357,7 @@ int main(int argc, char** argv) {
     else if (k == "--write-rowmap") a.write_rowmap = v;
     else if (k == "--peer-spin-limit") a.spin_limit_us = std::stoull(v);
     else if (k == "--pdl") a.pdl = v;
+    else if (k == "--variants") a.variants = v;
     else if (k == "--breakdown") a.breakdown = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -298,7 +367,8 @@ int main(int argc, char** argv) {
   if (a.model.empty()) {
     std::fprintf(stderr, "usage: bench_gpu_decode --model DIR [--lanes local,host] [--batches 1,8,16,32] "
                          "[--steps N] [--prompt N] [--ctx N] [--cold-fraction F] [--json FILE] [--peer NAME --rowmap R] "
-                         "[--peer-spin-limit US] [--write-rowmap R] [--pdl 0|1|both] [--breakdown STEPS]\n");
+                         "[--peer-spin-limit US] [--write-rowmap R] [--pdl 0|1|both] [--variants V1,V2,...] "
+                         "[--breakdown STEPS]\n");
     return 2;
   }
   try {

@@ -13,6 +13,11 @@
 # GPU time per kernel at 1 and 8 sequences, 16- and 120-token prompts), NCU (1: Nsight Compute's own
 # kernel times of two decode steps at NCU_BATCHES sequences, default "1 8", 16-token prompts, summed
 # per kernel by scripts/ncu_step.py),
+# VARIANTS ("V1,V2,...;W1,W2,...": each ';'-separated list one bench_gpu_decode --variants run,
+# configurations timed in turn on one engine, e.g. "base,rows8,mma0,base" or "base,x2:attention_mla,base"
+# for a kernel's share of the step; run i takes item i of VARIANT_LANES (default local), VARIANT_BATCHES
+# (default 1,8,16,32), each ';'-separated, the last item standing for the rest, and VARIANT_PROMPT
+# (default 16); a host lane uses this run's rowmap when there is one, else the stand-in cold tail),
 # DECODE_REPS (DECODE's runs, default 1), DECODE_BASE (a second bench_gpu_decode, e.g. built from the tree
 # before a change: each DECODE run then times it first and this tree's right after, on the same box),
 # ROWMAP (a rowmap from an earlier run on this box: used as is, no profile and plan), HOST_WAIT (tandem
@@ -109,6 +114,20 @@ if [ -n "${DECODE:-}" ]; then
     done
   done
 fi
+if [ -n "${VARIANTS:-}" ]; then
+  IFS=';' read -ra variant_runs <<< "$VARIANTS"
+  IFS=';' read -ra variant_lanes <<< "${VARIANT_LANES:-local}"
+  IFS=';' read -ra variant_batches <<< "${VARIANT_BATCHES:-1,8,16,32}"
+  rowmap_arg=()
+  [ -f "$out/rowmap.json" ] && rowmap_arg=(--rowmap "$out/rowmap.json")
+  for i in "${!variant_runs[@]}"; do
+    vl=${variant_lanes[$(( i < ${#variant_lanes[@]} ? i : ${#variant_lanes[@]} - 1 ))]}
+    vb=${variant_batches[$(( i < ${#variant_batches[@]} ? i : ${#variant_batches[@]} - 1 ))]}
+    timeout 300 "$carry/bin/bench_gpu_decode" --model "$model" --lanes "$vl" --batches "$vb" "${rowmap_arg[@]}" \
+      --prompt "${VARIANT_PROMPT:-16}" --variants "${variant_runs[$i]}" --json "$out/variants-$i.json" > "$out/variants-$i.txt" 2>&1
+    log "bench_gpu_decode --lanes $vl --batches $vb --variants ${variant_runs[$i]}: exit $?"
+  done
+fi
 if [ -n "${BREAKDOWN:-}" ]; then
   for pr in 16 120; do
     timeout 120 "$carry/bin/bench_gpu_decode" --model "$model" --lanes local --batches 1,8 --prompt "$pr" \
@@ -146,7 +165,7 @@ if [ -z "${SKIP_BENCH:-}" ] && [ -z "${SKIP_CHECK:-}" ]; then
   stop_peers
 fi
 [ -n "${SKIP_CPU:-}" ] && { tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/"; \
-  echo "==== summary"; cat "$final/steps.log"; for f in "$out"/bench-*.txt "$out"/gpu_decode-*.txt "$out"/breakdown-*.txt "$out"/ncu-*.txt; do [ -f "$f" ] && tail -45 "$f"; done; exit 0; }
+  echo "==== summary"; cat "$final/steps.log"; for f in "$out"/bench-*.txt "$out"/gpu_decode-*.txt "$out"/variants-*.txt "$out"/breakdown-*.txt "$out"/ncu-*.txt; do [ -f "$f" ] && tail -45 "$f"; done; exit 0; }
 
 timeout 40 "$carry/bin/bench_handoff" --iters 20000 --out "$out/handoff.json" > "$out/handoff.txt" 2>&1
 log "bench_handoff: exit $?"

@@ -1,7 +1,8 @@
 // Each CUDA op against the CPU reference on fresh random inputs (outputs poisoned first, so every
-// element must be written): projections in f32/bf16/f16 on the vector and scalar paths, RMSNorm,
-// both routers (including the masked-to-0.0 group semantics), grouping with a cold mask, and the
-// expert kernels with weights in HBM and in mapped pinned host memory (the host lane).
+// element must be written): projections in f32/bf16/f16 on the vector and scalar paths and on the
+// tensor-core kernel, RMSNorm, both routers (including the masked-to-0.0 group semantics), grouping
+// with a cold mask, and the expert kernels with weights in HBM and in mapped pinned host memory (the
+// host lane), under every rows-per-pass policy.
 #ifdef TANDEM_HAVE_CUDA
 #include <gtest/gtest.h>
 
@@ -35,10 +36,26 @@ struct LinearCase {
   int n, M, K;
 };
 
-class LinearOp : public ::testing::TestWithParam<LinearCase> {};
+// Sets the projections' kernel choice for a scope: mma_min_rows 0 keeps every launch on the CUDA-core
+// kernel, 1 sends every launch it applies to (bf16, K a multiple of 32) to the tensor-core kernel.
+class MmaRows {
+ public:
+  explicit MmaRows(int min_rows) : before_(cuda::linear_policy()) { cuda::set_linear_policy({min_rows}); }
+  ~MmaRows() { cuda::set_linear_policy(before_); }
+  MmaRows(const MmaRows&) = delete;
+  MmaRows& operator=(const MmaRows&) = delete;
 
-TEST_P(LinearOp, MatchesCpuMatmul) {
-  const auto [dt, n, M, K] = GetParam();
+ private:
+  cuda::LinearPolicy before_;
+};
+
+// Whether the tensor-core kernel should take a projection of dtype dt and depth K under MmaRows(min_rows).
+bool expect_mma(int min_rows, DType dt, int K) { return min_rows == 1 && dt == DType::kBF16 && K % 32 == 0; }
+
+// y = x Wᵀ against the CPU's matmul, then y += x Wᵀ (twice the result), on the kernel min_rows picks.
+void check_linear(DType dt, int n, int M, int K, int min_rows) {
+  SCOPED_TRACE(min_rows ? "tensor-core kernel" : "CUDA-core kernel");
+  MmaRows policy(min_rows);
   auto wf = test::random_floats(size_t(M) * K, 1 + n + M + K, 0.1f);
   auto wb = test::to_dtype(wf, dt);
   auto x = test::random_floats(size_t(n) * K, 7 + n);
@@ -51,9 +68,9 @@ TEST_P(LinearOp, MatchesCpuMatmul) {
   a.x = dx.p, a.x_stride = K, a.n = n;
   a.w = dw.p, a.wt = cuda::wtype_of(dt, "w"), a.M = M, a.K = K, a.w_ld = K;
   a.y = dy.p, a.y_stride = M;
+  ASSERT_EQ(cuda::linear_uses_mma(a), expect_mma(min_rows, dt, K));
   cuda::launch_linear(a, nullptr);
   EXPECT_LT(test::rel_err(dy.download(), ref), 1e-5);
-  // Accumulate: y += x Wᵀ again gives twice the result.
   a.accumulate = true;
   cuda::launch_linear(a, nullptr);
   auto twice = dy.download();
@@ -61,14 +78,29 @@ TEST_P(LinearOp, MatchesCpuMatmul) {
   EXPECT_LT(test::rel_err(twice, ref), 1e-5);
 }
 
+class LinearOp : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(LinearOp, MatchesCpuMatmul) {
+  const auto [dt, n, M, K] = GetParam();
+  for (int min_rows : {0, 1}) check_linear(dt, n, M, K, min_rows);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, LinearOp,
                          ::testing::Values(LinearCase{DType::kF32, 1, 37, 256}, LinearCase{DType::kBF16, 3, 64, 512},
                                            LinearCase{DType::kF16, 13, 40, 136},
                                            LinearCase{DType::kBF16, 9, 33, 50},  // K not a multiple of 8: scalar path
-                                           LinearCase{DType::kF32, 17, 8, 30}));
+                                           LinearCase{DType::kF32, 17, 8, 30},
+                                           // The tensor-core kernel's edges: fewer 32-k chunks than
+                                           // warps, M not a multiple of 16, one / two / four row
+                                           // tiles with a partial last one, more rows than a pass.
+                                           LinearCase{DType::kBF16, 5, 70, 96}, LinearCase{DType::kBF16, 8, 64, 2048},
+                                           LinearCase{DType::kBF16, 13, 33, 1024}, LinearCase{DType::kBF16, 32, 48, 512},
+                                           LinearCase{DType::kBF16, 45, 24, 256}));
 
-TEST(LinearOp, GatheredRowsAndBatchedHeads) {
-  // Two independent heads (batch 2) reading gathered rows 2 and 0 of x.
+// Two independent heads (batch 2) reading gathered rows 2 and 0 of x.
+void check_gathered_heads(int min_rows) {
+  SCOPED_TRACE(min_rows ? "tensor-core kernel" : "CUDA-core kernel");
+  MmaRows policy(min_rows);
   const int heads = 2, M = 16, K = 64, rows = 3;
   auto wf = test::random_floats(size_t(heads) * M * K, 3, 0.1f);
   auto wb = test::to_dtype(wf, DType::kBF16);
@@ -83,6 +115,7 @@ TEST(LinearOp, GatheredRowsAndBatchedHeads) {
   a.w = dw.p, a.wt = WType::kBF16, a.M = M, a.K = K, a.w_ld = K;
   a.y = dy.p, a.y_stride = heads * M;
   a.batch = heads, a.x_bstride = K, a.w_bstride = int64_t(M) * K, a.y_bstride = M;
+  ASSERT_EQ(cuda::linear_uses_mma(a), min_rows == 1);
   cuda::launch_linear(a, nullptr);
   auto got = dy.download();
   for (int h = 0; h < heads; ++h)
@@ -92,6 +125,10 @@ TEST(LinearOp, GatheredRowsAndBatchedHeads) {
         for (int k = 0; k < K; ++k) ref += double(x[size_t(pick[size_t(i)]) * heads * K + h * K + k]) * wf[(size_t(h) * M + m) * K + k];
         EXPECT_NEAR(got[size_t(i) * heads * M + h * M + m], ref, 1e-4) << h << " " << i << " " << m;
       }
+}
+
+TEST(LinearOp, GatheredRowsAndBatchedHeads) {
+  for (int min_rows : {0, 1}) check_gathered_heads(min_rows);
 }
 
 TEST(NormOp, MatchesCpuRmsNorm) {
@@ -129,15 +166,20 @@ void check_linear_norm(DType dt, int n, int M, int K) {
   a.w = dw.p, a.wt = cuda::wtype_of(dt, "w"), a.M = M, a.K = K, a.w_ld = K;
   a.y = dy.p, a.y_stride = M;
   a.norm_w = dg.p, a.norm_eps = 1e-6f, a.norm_out = dh.p, a.norm_out_stride = K;
+  EXPECT_EQ(cuda::linear_uses_mma(a), expect_mma(cuda::linear_policy().mma_min_rows, dt, K));
   cuda::launch_linear(a, nullptr);
   EXPECT_LT(test::rel_err(dy.download(), ref), 1e-5) << n << " rows";
   EXPECT_LT(test::rel_err(dh.download(), normed), 1e-6) << n << " rows";
 }
 
 TEST(LinearOp, FusedRmsNormMatchesNormThenMatmul) {
-  for (int n : {1, cuda::kLinearNormRows}) {
-    check_linear_norm(DType::kBF16, n, 40, 512);
-    check_linear_norm(DType::kF32, n, 24, 302);
+  for (int min_rows : {0, 1}) {
+    SCOPED_TRACE(min_rows ? "tensor-core kernel" : "CUDA-core kernel");
+    MmaRows policy(min_rows);
+    for (int n : {1, 5, cuda::kLinearNormRows}) {
+      check_linear_norm(DType::kBF16, n, 40, 512);
+      check_linear_norm(DType::kF32, n, 24, 302);
+    }
   }
 }
 
@@ -362,9 +404,27 @@ void check_experts(DType dt, bool host_lane, int H = 64) {
   cuda::launch_expert_gate_up(t, w, run, nullptr);
   cuda::launch_expert_down(t, w, run, nullptr);
   cuda::launch_moe_combine(slot_out.p, n, k, H, moe_out.p, resid.p, nullptr);
-  EXPECT_LT(test::rel_err(moe_out.download(), ref), 1e-5);
+  const auto out = moe_out.download();
+  EXPECT_LT(test::rel_err(out, ref), 1e-5);
   auto rs = resid.download();
   for (size_t i = 0; i < rs.size(); ++i) ASSERT_NEAR(rs[i], 1.0f + ref[i], 1e-4);
+  // Every rows-per-pass policy gives the same bits (an expert's 1..5 rows in passes of 1, 2, 4 or 8).
+  const cuda::ExpertRowsPolicy before = cuda::expert_rows_policy();
+  for (const cuda::ExpertRowsPolicy p : {cuda::ExpertRowsPolicy{8, false}, cuda::ExpertRowsPolicy{8, true},
+                                         cuda::ExpertRowsPolicy{4, true},
+                                         cuda::ExpertRowsPolicy{4, false}, cuda::ExpertRowsPolicy{2, false},
+                                         cuda::ExpertRowsPolicy{1, false}, cuda::ExpertRowsPolicy{1, true}}) {
+    cuda::set_expert_rows_policy(p);
+    slot_out.poison();
+    moe_out.poison();
+    cuda::launch_expert_gate_up(t, w, run, nullptr);
+    cuda::launch_expert_down(t, w, run, nullptr);
+    cuda::launch_moe_combine(slot_out.p, n, k, H, moe_out.p, resid.p, nullptr);
+    const auto again = moe_out.download();
+    ASSERT_EQ(0, std::memcmp(again.data(), out.data(), out.size() * sizeof(float)))
+        << "rows per pass " << p.max_rows << (p.by_count ? " by count" : "");
+  }
+  cuda::set_expert_rows_policy(before);
   for (void* p : owned_dev) cudaFree(p);
   for (void* p : owned_host) cudaFreeHost(p);
 }

@@ -40,10 +40,10 @@ class CudaEngine final : public Engine {
   const std::vector<float>& forward(std::span<const Item> items, bool all_logits) override;
   std::optional<CudaPeerStats> peer_stats() const;
   bool set_pdl(bool on);
+  void drop_graphs();
 
  private:
   void ensure_rows(int n);
-  void drop_graphs();
   void sync();  // waits for the stream as CudaOptions::host_wait says
   void enqueue_step(int n, int nw, bool hooked, bool checking);
   // fuse_norm: the first projection applies the layer's RMSNorm itself (no rms_norm launch before).
@@ -625,6 +625,24 @@ std::optional<CudaPeerStats> cuda_peer_stats(const Engine& engine) {
 bool cuda_set_pdl(Engine& engine, bool on) {
   auto* e = dynamic_cast<CudaEngine*>(&engine);
   return e ? e->set_pdl(on) : false;
+}
+
+void cuda_drop_graphs(Engine& engine) {
+  if (auto* e = dynamic_cast<CudaEngine*>(&engine)) e->drop_graphs();
+}
+
+CudaKernelPolicy cuda_kernel_policy() {
+  const ExpertRowsPolicy e = expert_rows_policy();
+  return {e.max_rows, e.by_count, linear_policy().mma_min_rows};
+}
+
+void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
+  const int rows = p.expert_max_rows;
+  if (!(rows == 1 || rows == 2 || rows == 4 || rows == 8)) fail("expert rows per pass: {} is not 1, 2, 4 or 8", rows);
+  if (p.linear_mma_min_rows < 0) fail("tensor-core projection rows: {} is not 0 (never) or more", p.linear_mma_min_rows);
+  cuda_drop_graphs(engine);
+  set_expert_rows_policy({rows, p.expert_by_count});
+  set_linear_policy({p.linear_mma_min_rows});
 }
 
 std::optional<int> parse_cuda_device(std::string_view device) {

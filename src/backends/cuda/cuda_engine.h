@@ -78,6 +78,23 @@ std::optional<CudaPeerStats> cuda_peer_stats(const Engine& engine);
 // TANDEM_PDL=0, before sm_90, or for an engine that is not a CUDA engine.
 bool cuda_set_pdl(Engine& engine, bool on);
 
+// Drops the engine's captured graphs (the next decode steps of each size run eagerly, then are
+// captured again): for benchmarks that change a launch-time setting (KernelRepeat, the expert rows).
+void cuda_drop_graphs(Engine& engine);
+// The kernels' launch-time choices, process-wide (tuning knobs for benchmarks; the defaults are the
+// measured best): the expert kernels' activation rows per pass (ExpertRowsPolicy in moe.cuh: at most
+// expert_max_rows of 1, 2, 4 or 8; expert_by_count: sized by each expert's own rows; the same bits
+// under every setting) and the steps that take the tensor-core projection kernel (LinearPolicy in
+// linear.cuh: at least linear_mma_min_rows rows, 0 never; results within f32 rounding of the other
+// kernel's). cuda_set_kernel_policy checks the values and drops the engine's graphs.
+struct CudaKernelPolicy {
+  int expert_max_rows = 0;
+  bool expert_by_count = false;
+  int linear_mma_min_rows = 0;
+};
+CudaKernelPolicy cuda_kernel_policy();
+void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p);
+
 // GPU time per kernel of the calling thread's launches while the profile is alive: each launch
 // through the backend's launch_kernel() is bracketed by two events (a diagnostic: eager steps only,
 // since graph replays launch nothing on the host; run with graphs and PDL off so that kernels neither
@@ -99,6 +116,25 @@ class KernelProfile {
   void end_step();
   std::vector<KernelTime> totals() const;  // largest total first
   int64_t steps() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// While alive, the calling thread's launches of every kernel whose label (as KernelTime names it,
+// with the grid: "linear_kernel<__nv_bfloat16, 1, true> [168x1x1]") contains name_part are issued twice in a row (never the peer lane's handoff
+// kernels). A diagnostic for benchmarks: the results are wrong (an in-place norm runs twice, an
+// accumulation adds twice), the time is right: a step with a kernel twice, less the step with it
+// once, is that kernel's share of the step's critical path inside a graph with PDL, where the
+// kernels' own times (KernelProfile) overlap. Graphs captured meanwhile keep the repeats: drop them
+// (cuda_set_pdl) before and after.
+class KernelRepeat {
+ public:
+  explicit KernelRepeat(std::string name_part);
+  ~KernelRepeat();
+  KernelRepeat(const KernelRepeat&) = delete;
+  KernelRepeat& operator=(const KernelRepeat&) = delete;
 
  private:
   struct Impl;

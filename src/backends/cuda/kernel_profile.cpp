@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/cuda_engine.h"
@@ -73,9 +74,41 @@ class LaunchTrace {
 
 namespace {
 thread_local LaunchTrace* t_trace = nullptr;
+
+// KernelRepeat's state: the text a kernel's short name must contain, and each kernel's verdict.
+struct LaunchRepeat {
+  std::string part;
+  std::map<std::tuple<const void*, unsigned, unsigned, unsigned>, bool> twice;  // per kernel and grid
+};
+thread_local LaunchRepeat* t_repeat = nullptr;
+
+// "linear_kernel<float> [8x1x1]": a kernel on one grid, as KernelTime names it.
+std::string grid_label(const std::string& name, dim3 grid) {
+  return fmt::format("{} [{}x{}x{}]", name, grid.x, grid.y, grid.z);
+}
+
+std::string kernel_name(const void* kernel) {
+  const char* mangled = nullptr;
+  if (cudaFuncGetName(&mangled, kernel) != cudaSuccess) mangled = nullptr;
+  return short_name(mangled);
+}
 }  // namespace
 
 LaunchTrace* launch_trace() { return t_trace; }
+
+int launch_times(const void* kernel, dim3 grid) {
+  if (!t_repeat) return 1;
+  const auto key = std::make_tuple(kernel, grid.x, grid.y, grid.z);
+  auto it = t_repeat->twice.find(key);
+  if (it == t_repeat->twice.end()) {
+    const std::string name = kernel_name(kernel);
+    const std::string label = grid_label(name, grid);
+    // The peer lane's handoff kernels count their requests: never issued twice.
+    const bool twice = label.find(t_repeat->part) != std::string::npos && name.find("peer_") == std::string::npos;
+    it = t_repeat->twice.emplace(key, twice).first;
+  }
+  return it->second ? 2 : 1;
+}
 
 void trace_before(LaunchTrace* t, const void* kernel, dim3 grid, cudaStream_t stream) {
   if (t->delay_next) {
@@ -118,13 +151,9 @@ void KernelProfile::end_step() {
     float ms = 0;
     TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, p.a, p.b));
     auto it = t.names.find(p.kernel);
-    if (it == t.names.end()) {
-      const char* mangled = nullptr;
-      if (cudaFuncGetName(&mangled, p.kernel) != cudaSuccess) mangled = nullptr;
-      it = t.names.emplace(p.kernel, cuda::short_name(mangled)).first;
-    }
+    if (it == t.names.end()) it = t.names.emplace(p.kernel, cuda::kernel_name(p.kernel)).first;
     // Launches of one kernel on different grids (a projection's shape) are told apart.
-    const std::string label = fmt::format("{} [{}x{}x{}]", it->second, p.grid.x, p.grid.y, p.grid.z);
+    const std::string label = cuda::grid_label(it->second, p.grid);
     KernelTime& k = t.totals[label];
     k.name = label;
     ++k.calls;
@@ -144,5 +173,19 @@ std::vector<KernelTime> KernelProfile::totals() const {
 }
 
 int64_t KernelProfile::steps() const { return impl_->trace.steps; }
+
+struct KernelRepeat::Impl {
+  cuda::LaunchRepeat repeat;
+  cuda::LaunchRepeat* prev = nullptr;
+};
+
+KernelRepeat::KernelRepeat(std::string name_part) : impl_(std::make_unique<Impl>()) {
+  if (name_part.empty()) fail("KernelRepeat: empty kernel name");
+  impl_->repeat.part = std::move(name_part);
+  impl_->prev = cuda::t_repeat;
+  cuda::t_repeat = &impl_->repeat;
+}
+
+KernelRepeat::~KernelRepeat() { cuda::t_repeat = impl_->prev; }
 
 }  // namespace tandem

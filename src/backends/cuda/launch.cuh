@@ -37,6 +37,10 @@ void trace_before(LaunchTrace* t, const void* kernel, dim3 grid, cudaStream_t st
 void trace_after(LaunchTrace* t, cudaStream_t stream);
 // One thread spinning for `cycles` SM clock cycles (kernel_profile's head start for the host).
 void launch_delay(long long cycles, cudaStream_t stream);
+// How many times launch_kernel() issues this kernel on this grid: 1, or 2 while a KernelRepeat
+// (cuda_engine.h) of the calling thread names it (a diagnostic: a step's time with the kernel twice,
+// less its time with it once, is the kernel's share of the step's critical path).
+int launch_times(const void* kernel, dim3 grid);
 
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
 // pdl_enabled(). The kernel must begin with pdl_wait(). Checked like every launch.
@@ -53,10 +57,13 @@ void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   LaunchTrace* trace = launch_trace();
-  if (trace) trace_before(trace, reinterpret_cast<const void*>(kernel), grid, stream);
-  TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...));
-  TANDEM_CUDA_LAUNCH_CHECK();
-  if (trace) trace_after(trace, stream);
+  const int times = launch_times(reinterpret_cast<const void*>(kernel), grid);
+  for (int i = 0; i < times; ++i) {
+    if (trace) trace_before(trace, reinterpret_cast<const void*>(kernel), grid, stream);
+    TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+    TANDEM_CUDA_LAUNCH_CHECK();
+    if (trace) trace_after(trace, stream);
+  }
 }
 
 #ifdef __CUDACC__

@@ -1,4 +1,6 @@
 // Dense projection and embedding kernels (see linear.cuh).
+#include <atomic>
+
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/linear.cuh"
@@ -18,6 +20,37 @@ __device__ __forceinline__ void prefetch_row_l2(const T* row, int K) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
 }
 
+// The RMSNorm fused in front of a projection (n ≤ kLinearNormRows ≤ the block's warps: a warp per
+// row): scale[r] for each row as rms_norm_kernel computes it (sum of squares in f64), then this
+// block's share of the normalised rows to norm_out. vec: x rows 16-byte aligned, K a multiple of 4
+// (every load of a row in flight at once). Contains __syncthreads.
+__device__ __forceinline__ void fused_norm(const LinearArgs& a, const float* xb, bool vec, float* scale) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (warp < a.n) {
+    const float* xr = xb + int64_t(warp) * a.x_stride;
+    double ss = 0.0;
+    if (vec) {
+      const float4* x4 = reinterpret_cast<const float4*>(xr);
+#pragma unroll 16
+      for (int i = lane; i < a.K / 4; i += kWarp) {
+        const float4 v = x4[i];
+        ss += double(v.x) * v.x + double(v.y) * v.y + double(v.z) * v.z + double(v.w) * v.w;
+      }
+    } else {
+      for (int i = lane; i < a.K; i += kWarp) ss += double(xr[i]) * xr[i];
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) scale[warp] = float(1.0 / sqrt(ss / double(a.K) + double(a.norm_eps)));
+  }
+  __syncthreads();
+  if (a.norm_out) {
+    const int per = (a.K + gridDim.x - 1) / gridDim.x, i0 = blockIdx.x * per, i1 = min(a.K, i0 + per);
+    for (int r = 0; r < a.n; ++r)
+      for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x)
+        a.norm_out[int64_t(r) * a.norm_out_stride + i] = xb[int64_t(r) * a.x_stride + i] * scale[r] * a.norm_w[i];
+  }
+}
+
 template <class T, int kRows, bool kNorm>
 __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs a, bool vec) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -33,33 +66,7 @@ __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs
   const float* xb = a.x + b * a.x_bstride;
   float* yb = a.y + b * a.y_bstride;
   __shared__ float scale[kRows];
-  if constexpr (kNorm) {
-    // RMSNorm of the step's rows (n ≤ kRows ≤ kLinearWarps: a warp per row), as rms_norm_kernel
-    // computes it (sum of squares in f64), then this block's share of the normalised rows to norm_out.
-    if (warp < a.n) {
-      const float* xr = xb + int64_t(warp) * a.x_stride;
-      double ss = 0.0;
-      if (vec) {  // x rows 16-byte aligned, K a multiple of 4: every load of the row in flight at once
-        const float4* x4 = reinterpret_cast<const float4*>(xr);
-#pragma unroll 16
-        for (int i = lane; i < a.K / 4; i += kWarp) {
-          const float4 v = x4[i];
-          ss += double(v.x) * v.x + double(v.y) * v.y + double(v.z) * v.z + double(v.w) * v.w;
-        }
-      } else {
-        for (int i = lane; i < a.K; i += kWarp) ss += double(xr[i]) * xr[i];
-      }
-      ss = warp_sum(ss);
-      if (lane == 0) scale[warp] = float(1.0 / sqrt(ss / double(a.K) + double(a.norm_eps)));
-    }
-    __syncthreads();
-    if (a.norm_out) {
-      const int per = (a.K + gridDim.x - 1) / gridDim.x, i0 = blockIdx.x * per, i1 = min(a.K, i0 + per);
-      for (int r = 0; r < a.n; ++r)
-        for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x)
-          a.norm_out[int64_t(r) * a.norm_out_stride + i] = xb[int64_t(r) * a.x_stride + i] * scale[r] * a.norm_w[i];
-    }
-  }
+  if constexpr (kNorm) fused_norm(a, xb, vec, scale);
   if (m >= a.M) return;
   for (int r0 = 0; r0 < a.n; r0 += kRows) {
     const int nr = min(kRows, a.n - r0);
@@ -83,6 +90,125 @@ __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs
   }
 }
 
+// ---- Tensor-core kernel (steps of many rows; linear.cuh) ----
+constexpr int kMmaWarps = 8;      // a block's warps split K between them
+constexpr int kMmaFeatures = 16;  // output features per block: the mma's M
+constexpr int kMmaChunk = 32;     // K per warp step: two k16 mmas
+
+// c += A · B, m16n8k16: A 16 features × 16 k (row-major fragment), B 16 k × 8 rows, f32 accumulation.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The pair (u, v) as three bf16 pairs whose sums are u and v exactly (each remainder of a rounding
+// is exact in f32, and 3 × 8 significand bits cover f32's 24): t[0] the rounded values, t[1] the
+// rounded remainders, t[2] the rest. Low half: u (the lower k).
+__device__ __forceinline__ void split3(float u, float v, uint32_t (&t)[3]) {
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(u, v);
+    t[i] = *reinterpret_cast<const uint32_t*>(&h);
+    u -= __low2float(h);
+    v -= __high2float(h);
+  }
+}
+
+// y[r, m0 .. m0 + 16) for every row r, in tiles of 8 · NT rows. Lane (g = lane / 4, t = lane % 4)
+// loads 8 consecutive k (16 bytes of weights of features m0 + g and m0 + g + 8, 32 bytes of row
+// g of each tile) per 32-k chunk; the two mmas of the chunk take those 8 k as their logical k
+// {2t, 2t + 1, 2t + 8, 2t + 9} (A and B alike, so each product pairs the same k). Warp w takes
+// chunks w, w + 8, ...; the block adds the 8 warps' sums in warp order (deterministic) and writes.
+template <int NT, bool kNorm>
+__global__ void __launch_bounds__(kMmaWarps * kWarp) linear_mma_kernel(LinearArgs a) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int m0 = blockIdx.x * kMmaFeatures, b = blockIdx.y;
+  const __nv_bfloat16* wb = static_cast<const __nv_bfloat16*>(a.w) + b * a.w_bstride;
+  // Features past M re-read row M - 1 (their sums are dropped), so every load stays in bounds.
+  const __nv_bfloat16* w_g = wb + int64_t(min(m0 + g, a.M - 1)) * a.w_ld;
+  const __nv_bfloat16* w_g8 = wb + int64_t(min(m0 + g + 8, a.M - 1)) * a.w_ld;
+  // As linear_kernel: weights are never written during a step, so L2 gets them before the wait.
+#pragma unroll
+  for (int i = 0; i < kMmaFeatures / kMmaWarps; ++i) {
+    const int m = m0 + warp * (kMmaFeatures / kMmaWarps) + i;
+    if (m < a.M) prefetch_row_l2(wb + int64_t(m) * a.w_ld, a.K);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  const float* xb = a.x + b * a.x_bstride;
+  float* yb = a.y + b * a.y_bstride;
+  __shared__ float scale[kLinearNormRows];
+  __shared__ float red[kMmaWarps][NT * 4][kWarp];
+  if constexpr (kNorm) fused_norm(a, xb, true, scale);
+  const int n_chunk = a.K / kMmaChunk;
+  for (int r0 = 0; r0 < a.n; r0 += 8 * NT) {
+    // Tile j's row g (rows past n re-read the last row; their sums are dropped).
+    const float* xr[NT];
+    float s[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int r = min(r0 + 8 * j + g, a.n - 1);
+      xr[j] = xb + int64_t(a.x_rows ? a.x_rows[r] : r) * a.x_stride;
+      s[j] = kNorm ? scale[r] : 1.0f;
+    }
+    const int tiles = min(NT, (a.n - r0 + 7) / 8);  // the same for the whole block
+    float acc[NT][4] = {};
+#pragma unroll 2
+    for (int c = warp; c < n_chunk; c += kMmaWarps) {
+      const int k = c * kMmaChunk + 8 * t;
+      const uint4 wg = __ldg(reinterpret_cast<const uint4*>(w_g + k));
+      const uint4 wg8 = __ldg(reinterpret_cast<const uint4*>(w_g8 + k));
+      const uint32_t a0[4] = {wg.x, wg8.x, wg.y, wg8.y}, a1[4] = {wg.z, wg8.z, wg.w, wg8.w};
+      float4 nw0 = make_float4(1.f, 1.f, 1.f, 1.f), nw1 = nw0;
+      if constexpr (kNorm) {
+        nw0 = reinterpret_cast<const float4*>(a.norm_w + k)[0];
+        nw1 = reinterpret_cast<const float4*>(a.norm_w + k)[1];
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if (j >= tiles) break;
+        float4 x0 = reinterpret_cast<const float4*>(xr[j] + k)[0], x1 = reinterpret_cast<const float4*>(xr[j] + k)[1];
+        if constexpr (kNorm) {  // linear_kernel's rounding: (x · scale) · w
+          x0 = make_float4(x0.x * s[j] * nw0.x, x0.y * s[j] * nw0.y, x0.z * s[j] * nw0.z, x0.w * s[j] * nw0.w);
+          x1 = make_float4(x1.x * s[j] * nw1.x, x1.y * s[j] * nw1.y, x1.z * s[j] * nw1.z, x1.w * s[j] * nw1.w);
+        }
+        uint32_t p[4][3];
+        split3(x0.x, x0.y, p[0]);
+        split3(x0.z, x0.w, p[1]);
+        split3(x1.x, x1.y, p[2]);
+        split3(x1.z, x1.w, p[3]);
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+          mma_16816(acc[j], a0, p[0][i], p[1][i]);
+          mma_16816(acc[j], a1, p[2][i], p[3][i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp][j * 4 + i][lane] = acc[j][i];
+    __syncthreads();
+    // Accumulator i of lane l, tile j: feature m0 + l / 4 (+ 8 for i ≥ 2), row r0 + 8j + 2 (l % 4) + i % 2.
+    for (int o = threadIdx.x; o < tiles * 4 * kWarp; o += blockDim.x) {
+      const int ji = o / kWarp, l = o % kWarp, j = ji / 4, i = ji % 4;
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kMmaWarps; ++w) v += red[w][ji][l];
+      const int m = m0 + l / 4 + (i >= 2 ? 8 : 0), r = r0 + 8 * j + 2 * (l % 4) + (i & 1);
+      if (m < a.M && r < a.n) {
+        float* dst = yb + int64_t(r) * a.y_stride + m;
+        *dst = a.accumulate ? *dst + v : v;
+      }
+    }
+    __syncthreads();  // red is the next tile's
+  }
+}
+
 template <class T>
 __global__ void embedding_kernel(const T* embed, int H, const int32_t* tokens, float* x) {
   pdl_wait();
@@ -93,9 +219,24 @@ __global__ void embedding_kernel(const T* embed, int H, const int32_t* tokens, f
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-static_assert(kLinearNormRows <= kLinearWarps, "a warp per normalised row");
+static_assert(kLinearNormRows <= kLinearWarps && kLinearNormRows <= kMmaWarps, "a warp per normalised row");
+
+std::atomic<int> g_mma_min_rows{LinearPolicy{}.mma_min_rows};
 
 }  // namespace
+
+void set_linear_policy(LinearPolicy p) {
+  TANDEM_CUDA_REQUIRE(p.mma_min_rows >= 0, "tensor-core rows: 0 (never) or more");
+  g_mma_min_rows = p.mma_min_rows;
+}
+
+LinearPolicy linear_policy() { return {g_mma_min_rows.load()}; }
+
+bool linear_uses_mma(const LinearArgs& a) {
+  const int min_rows = g_mma_min_rows.load();
+  return min_rows > 0 && a.n >= min_rows && a.wt == WType::kBF16 && a.K % kMmaChunk == 0 && a.w_ld % 8 == 0 &&
+         a.w_bstride % 8 == 0 && a.x_stride % 4 == 0 && a.x_bstride % 4 == 0 && aligned16(a.w) && aligned16(a.x);
+}
 
 void launch_linear(const LinearArgs& a, cudaStream_t stream) {
   if (a.n == 0 || a.M == 0) return;
@@ -106,6 +247,14 @@ void launch_linear(const LinearArgs& a, cudaStream_t stream) {
   const bool norm = a.norm_w != nullptr;
   TANDEM_CUDA_REQUIRE(!norm || (a.n <= kLinearNormRows && !a.x_rows && a.batch == 1 && aligned16(a.norm_w)),
                       "fused norm: at most kLinearNormRows plain rows, one problem");
+  if (linear_uses_mma(a)) {
+    const dim3 mma_grid((a.M + kMmaFeatures - 1) / kMmaFeatures, a.batch);
+    auto go = [&](auto kernel) { launch_kernel(kernel, mma_grid, kMmaWarps * kWarp, 0, stream, a); };
+    if (a.n <= 8) norm ? go(linear_mma_kernel<1, true>) : go(linear_mma_kernel<1, false>);
+    else if (a.n <= 16) go(linear_mma_kernel<2, false>);  // a fused norm has at most 8 rows
+    else go(linear_mma_kernel<4, false>);
+    return;
+  }
   with_rows(a.n, [&](auto rows) {
     constexpr int R = decltype(rows)::value;
     auto go = [&](auto kernel) { launch_kernel(kernel, grid, kLinearWarps * kWarp, 0, stream, a, vec); };

@@ -1,7 +1,14 @@
 // Dense projections on the GPU: y[n, M] (+)= x[n, K] · W[M, K]ᵀ with W in its checkpoint dtype
-// (f32/bf16/f16) and f32 activations and accumulation, plus the embedding gather. One warp per
-// output feature streams its weight row once with 16-byte loads for all n rows (8 at a time), which
-// is what decode needs (n = batch size, weights read once per step at HBM speed).
+// (f32/bf16/f16) and f32 activations and accumulation, plus the embedding gather. Two kernels:
+// - a step of few rows: one warp per output feature streams its weight row once with 16-byte loads
+//   and multiplies it with every row on the CUDA cores (8 rows a pass);
+// - a step of many rows (LinearPolicy, bf16 weights): the tensor cores (mma.sync m16n8k16, f32
+//   accumulation), each f32 activation split into three bf16 terms whose sum is the f32 value (24
+//   significand bits), so the products are those of f32 activations; a block takes 16 features and
+//   all rows in tiles of 32, its 8 warps splitting K and adding their partial sums in warp order.
+//   The CUDA-core kernel spends its time loading activations (8 floats per 8 weights and row), so
+//   at 8 to 32 rows it runs far below HBM speed; the tensor cores take 16 × 8 × 16 products per
+//   instruction from registers.
 #pragma once
 
 #include "backends/cuda/cuda_common.cuh"
@@ -34,6 +41,21 @@ struct LinearArgs {
 };
 constexpr int kLinearNormRows = 8;
 void launch_linear(const LinearArgs& a, cudaStream_t stream);
+
+// Which kernel a projection runs on (process-wide, read at each launch: a captured graph keeps what
+// it was captured with). mma_min_rows: steps of at least this many rows take the tensor-core kernel
+// when it applies (bf16 weights, K and the strides multiples of 32 / 8 / 4 elements, 16-byte aligned
+// rows); 0: never. The two kernels add the products in different orders (results within f32
+// rounding of each other, not the same bits). The default, 2: on the H200 the tensor cores were
+// 3% slower for one row and 1.07× (2 rows) to 1.41× (32 rows) faster for the whole step at more
+// (bench/RESULTS.md, "Projections on the tensor cores").
+struct LinearPolicy {
+  int mma_min_rows = 2;
+};
+void set_linear_policy(LinearPolicy p);
+LinearPolicy linear_policy();
+// Whether launch_linear would run `a` on the tensor-core kernel under the current policy.
+bool linear_uses_mma(const LinearArgs& a);
 
 // x[r, :] = embed[tokens[r], :] widened to f32. embed: [vocab, H] in `wt`; tokens: [n] (device).
 void launch_embedding(const void* embed, WType wt, int H, const int32_t* tokens, int n, float* x,

@@ -1,4 +1,6 @@
 // MoE kernels (see moe.cuh).
+#include <algorithm>
+#include <atomic>
 #include <cub/block/block_scan.cuh>
 
 #include "backends/cuda/device_util.cuh"
@@ -320,43 +322,71 @@ struct ExpertSlice {
   int e, off, cnt;
 };
 
+// Features (gate/up rows, down's row length) of expert e.
+__device__ __forceinline__ int expert_inter(const ExpertTable& t, int e) {
+  return t.inter_of ? t.inter_of[e] : e < t.n_routed ? t.inter : t.shared_inter;
+}
+
 __device__ __forceinline__ bool expert_slice(const MoeWork& w, const ExpertRun& r, ExpertSlice& s) {
   if (r.dense) {
     s = {0, 0, r.n};
     return true;
   }
+  // The count and this block's entry load together (blockIdx.x < max_active, the lists' length, so
+  // the entry is in bounds even past the count): one round trip before the weights, not two.
   const int ai = blockIdx.x;
-  if (ai >= *w.n_active) return false;
+  const int n_active = *w.n_active;
   s = {w.act_expert[ai], w.act_offset[ai], w.act_count[ai]};
+  return ai < n_active;
+}
+
+// The start of every expert kernel: waits for the routing, lets the next kernel be scheduled, and
+// finds this block's slice and its expert's feature count (false: the block has no expert).
+__device__ __forceinline__ bool expert_block(const ExpertTable& t, const MoeWork& w, const ExpertRun& r,
+                                             ExpertSlice& s, int& inter) {
+  pdl_wait();
+  pdl_launch_dependents();
+  if (!expert_slice(w, r, s)) return false;
+  inter = expert_inter(t, s.e);
   return true;
 }
 
-template <class T, int kExpertRows>  // activation rows per pass (with_rows)
-__global__ void __launch_bounds__(kExpertWarps * kWarp)
-    expert_gate_up_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
-  pdl_wait();
-  pdl_launch_dependents();
-  ExpertSlice s;
-  if (!expert_slice(w, r, s)) return;
-  const int inter = t.inter_of ? t.inter_of[s.e] : s.e < t.n_routed ? t.inter : t.shared_inter;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int j = blockIdx.y * kExpertWarps + warp;
-  if (j >= inter) return;
-  const T* wr[2] = {static_cast<const T*>(t.gate[s.e]) + int64_t(j) * t.hidden,
-                    static_cast<const T*>(t.up[s.e]) + int64_t(j) * t.hidden};
-  for (int c0 = 0; c0 < s.cnt; c0 += kExpertRows) {
-    const int nr = min(kExpertRows, s.cnt - c0);
-    const float* x[kExpertRows];
+// Calls f(std::integral_constant<int, R>{}) with R the activation rows per pass for an expert of cnt
+// rows in a kernel built for at most kMax per pass (with_rows): the smallest of 1, 2, 4, 8 that covers
+// cnt (kMax beyond). An expert of one row then runs the one-row pass (fewer registers live, more loads
+// in flight) even in a step of many rows. Same sums whatever R (each row's dot runs in k order).
+template <int kMax, class F>
+__device__ __forceinline__ void with_count_rows(int cnt, F&& f) {
+  if constexpr (kMax >= 2) {
+    if (cnt <= 1) return f(std::integral_constant<int, 1>{});
+  }
+  if constexpr (kMax >= 4) {
+    if (cnt <= 2) return f(std::integral_constant<int, 2>{});
+  }
+  if constexpr (kMax >= 8) {
+    if (cnt <= 4) return f(std::integral_constant<int, 4>{});
+  }
+  f(std::integral_constant<int, kMax>{});
+}
+
+// Feature j's gate and up rows (wr) against the expert's rows in passes of R: h = silu(g) · u.
+template <class T, int R>
+__device__ __forceinline__ void gate_up_rows(const ExpertTable& t, const MoeWork& w, const ExpertRun& r,
+                                             const ExpertSlice& s, const T* const (&wr)[2], int j, bool vec) {
+  const int lane = threadIdx.x % kWarp;
+  for (int c0 = 0; c0 < s.cnt; c0 += R) {
+    const int nr = min(R, s.cnt - c0);
+    const float* x[R];
 #pragma unroll
-    for (int i = 0; i < kExpertRows; ++i) {
+    for (int i = 0; i < R; ++i) {
       const int c = s.off + c0 + min(i, nr - 1);
       const int row = r.dense ? c : w.slot_list[c] / r.slots_per_row;
       x[i] = r.x + int64_t(row) * t.hidden;
     }
-    float acc[2][kExpertRows] = {};
-    warp_dot_rows<T, 2, kExpertRows>(wr, t.hidden, x, nr, vec, acc);
+    float acc[2][R] = {};
+    warp_dot_rows<T, 2, R>(wr, t.hidden, x, nr, vec, acc);
 #pragma unroll
-    for (int i = 0; i < kExpertRows; ++i) {
+    for (int i = 0; i < R; ++i) {
       if (i >= nr) break;
       const float g = warp_sum(acc[0][i]), u = warp_sum(acc[1][i]);
       if (lane == 0) r.h[int64_t(s.off + c0 + i) * r.h_stride + j] = g / (1.0f + expf(-g)) * u;
@@ -364,32 +394,41 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
   }
 }
 
-template <class T, int NF, int kExpertRows>
+// kByCount: each block picks its passes' rows by its expert's count (with_count_rows), up to
+// kExpertRows; else every pass takes kExpertRows (with_rows of the step).
+template <class T, int kExpertRows, bool kByCount>
 __global__ void __launch_bounds__(kExpertWarps * kWarp)
-    expert_down_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
-  pdl_wait();
-  pdl_launch_dependents();
+    expert_gate_up_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
   ExpertSlice s;
-  if (!expert_slice(w, r, s)) return;
-  const int inter = t.inter_of ? t.inter_of[s.e] : s.e < t.n_routed ? t.inter : t.shared_inter;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int m0 = (blockIdx.y * kExpertWarps + warp) * NF;
-  if (m0 >= t.hidden) return;
-  const int nm = min(NF, t.hidden - m0);
-  // A past-the-end feature re-reads the last row (never written), so the loads stay in bounds.
-  const T* wr[NF];
+  int inter;
+  if (!expert_block(t, w, r, s, inter)) return;
+  const int warp = threadIdx.x / kWarp;
+  const int j = blockIdx.y * kExpertWarps + warp;
+  if (j >= inter) return;
+  const T* wr[2] = {static_cast<const T*>(t.gate[s.e]) + int64_t(j) * t.hidden,
+                    static_cast<const T*>(t.up[s.e]) + int64_t(j) * t.hidden};
+  if constexpr (kByCount) {
+    with_count_rows<kExpertRows>(s.cnt, [&](auto rows) { gate_up_rows<T, decltype(rows)::value>(t, w, r, s, wr, j, vec); });
+  } else {
+    gate_up_rows<T, kExpertRows>(t, w, r, s, wr, j, vec);
+  }
+}
+
+// Output features m0 .. m0 + nm of the expert's rows (wr: their down rows) in passes of R.
+template <class T, int NF, int R>
+__device__ __forceinline__ void down_rows(const ExpertTable& t, const MoeWork& w, const ExpertRun& r,
+                                          const ExpertSlice& s, const T* const (&wr)[NF], int m0, int nm, int inter,
+                                          bool vec) {
+  const int lane = threadIdx.x % kWarp;
+  for (int c0 = 0; c0 < s.cnt; c0 += R) {
+    const int nr = min(R, s.cnt - c0);
+    const float* x[R];
 #pragma unroll
-  for (int f = 0; f < NF; ++f)
-    wr[f] = static_cast<const T*>(t.down[s.e]) + int64_t(m0 + min(f, nm - 1)) * inter;
-  for (int c0 = 0; c0 < s.cnt; c0 += kExpertRows) {
-    const int nr = min(kExpertRows, s.cnt - c0);
-    const float* x[kExpertRows];
+    for (int i = 0; i < R; ++i) x[i] = r.h + int64_t(s.off + c0 + min(i, nr - 1)) * r.h_stride;
+    float acc[NF][R] = {};
+    warp_dot_rows<T, NF, R>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc);
 #pragma unroll
-    for (int i = 0; i < kExpertRows; ++i) x[i] = r.h + int64_t(s.off + c0 + min(i, nr - 1)) * r.h_stride;
-    float acc[NF][kExpertRows] = {};
-    warp_dot_rows<T, NF, kExpertRows>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc);
-#pragma unroll
-    for (int i = 0; i < kExpertRows; ++i) {
+    for (int i = 0; i < R; ++i) {
       if (i >= nr) break;
       const int c = s.off + c0 + i;
       const int slot = r.dense ? 0 : w.slot_list[c];
@@ -405,6 +444,29 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
         }
       }
     }
+  }
+}
+
+template <class T, int NF, int kExpertRows, bool kByCount>
+__global__ void __launch_bounds__(kExpertWarps * kWarp)
+    expert_down_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
+  ExpertSlice s;
+  int inter;
+  if (!expert_block(t, w, r, s, inter)) return;
+  const int warp = threadIdx.x / kWarp;
+  const int m0 = (blockIdx.y * kExpertWarps + warp) * NF;
+  if (m0 >= t.hidden) return;
+  const int nm = min(NF, t.hidden - m0);
+  // A past-the-end feature re-reads the last row (never written), so the loads stay in bounds.
+  const T* wr[NF];
+#pragma unroll
+  for (int f = 0; f < NF; ++f)
+    wr[f] = static_cast<const T*>(t.down[s.e]) + int64_t(m0 + min(f, nm - 1)) * inter;
+  if constexpr (kByCount) {
+    with_count_rows<kExpertRows>(
+        s.cnt, [&](auto rows) { down_rows<T, NF, decltype(rows)::value>(t, w, r, s, wr, m0, nm, inter, vec); });
+  } else {
+    down_rows<T, NF, kExpertRows>(t, w, r, s, wr, m0, nm, inter, vec);
   }
 }
 
@@ -437,16 +499,30 @@ template <int NF>
 void launch_expert_down_nf(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
   const dim3 grid = expert_grid(r, t.hidden, NF);
   const bool vec = expert_vec(t, r);
-  with_rows(r.n, [&](auto rows) {  // an expert has at most all the step's rows
+  const ExpertRowsPolicy p = expert_rows_policy();
+  with_rows(std::min(r.n, p.max_rows), [&](auto rows) {  // an expert has at most all the step's rows
     constexpr int R = decltype(rows)::value;
     with_wtype(t.wt, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      launch_kernel(expert_down_kernel<T, NF, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      auto go = [&](auto kernel) { launch_kernel(kernel, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec); };
+      p.by_count && !r.dense ? go(expert_down_kernel<T, NF, R, true>) : go(expert_down_kernel<T, NF, R, false>);
     });
   });
 }
 
+std::atomic<int> g_expert_max_rows{ExpertRowsPolicy{}.max_rows};
+std::atomic<bool> g_expert_by_count{ExpertRowsPolicy{}.by_count};
+
 }  // namespace
+
+void set_expert_rows_policy(ExpertRowsPolicy p) {
+  TANDEM_CUDA_REQUIRE(p.max_rows == 1 || p.max_rows == 2 || p.max_rows == 4 || p.max_rows == 8,
+                      "expert rows per pass: 1, 2, 4 or 8");
+  g_expert_max_rows = p.max_rows;
+  g_expert_by_count = p.by_count;
+}
+
+ExpertRowsPolicy expert_rows_policy() { return {g_expert_max_rows.load(), g_expert_by_count.load()}; }
 
 void launch_route(const RouteArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
@@ -514,11 +590,13 @@ void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertR
   if (r.n == 0) return;
   const dim3 grid = expert_grid(r, std::max(t.inter, t.shared_inter), 1);
   const bool vec = expert_vec(t, r);
-  with_rows(r.n, [&](auto rows) {
+  const ExpertRowsPolicy p = expert_rows_policy();
+  with_rows(std::min(r.n, p.max_rows), [&](auto rows) {
     constexpr int R = decltype(rows)::value;
     with_wtype(t.wt, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      launch_kernel(expert_gate_up_kernel<T, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
+      auto go = [&](auto kernel) { launch_kernel(kernel, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec); };
+      p.by_count && !r.dense ? go(expert_gate_up_kernel<T, R, true>) : go(expert_gate_up_kernel<T, R, false>);
     });
   });
 }

@@ -75,6 +75,20 @@ struct ExpertRun {
   int max_active = 0;                  // grid bound on active experts (device count read at run time)
   bool dense = false;                  // a plain MLP (expert 0) over rows 0..n-1, work unused
 };
+// How the expert kernels size their passes over an expert's rows (a process-wide tuning knob for
+// benchmarks, read at each launch: a captured graph keeps what it was captured with). max_rows: rows
+// per pass at most (1, 2, 4 or 8; fewer than the step's re-read each weight row from L1 once per
+// pass); by_count: each block sizes its passes by its own expert's rows rather than the step's. The
+// results are the same bits under every policy. The default, 4 rows: the 8-row passes hold 93
+// (gate_up) and 128 (down) registers a thread, two blocks an SM, and on the H200 the steps of 8 to
+// 32 sequences ran 1.19-1.24× faster at 4 (bench/RESULTS.md, "Expert rows per pass").
+struct ExpertRowsPolicy {
+  int max_rows = 4;
+  bool by_count = false;
+};
+void set_expert_rows_policy(ExpertRowsPolicy p);
+ExpertRowsPolicy expert_rows_policy();
+
 void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream);
 void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream);
 

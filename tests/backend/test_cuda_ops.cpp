@@ -94,7 +94,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LinearOp,
                                            // warps, M not a multiple of 16, one / two / four row
                                            // tiles with a partial last one, more rows than a pass.
                                            LinearCase{DType::kBF16, 5, 70, 96}, LinearCase{DType::kBF16, 8, 64, 2048},
-                                           LinearCase{DType::kBF16, 13, 33, 1024}, LinearCase{DType::kBF16, 32, 48, 512},
+                                           LinearCase{DType::kBF16, 13, 33, 1024},
+                                           LinearCase{DType::kBF16, 32, 48, 512},
                                            LinearCase{DType::kBF16, 45, 24, 256}));
 
 // Two independent heads (batch 2) reading gathered rows 2 and 0 of x.

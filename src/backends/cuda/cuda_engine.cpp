@@ -639,7 +639,8 @@ CudaKernelPolicy cuda_kernel_policy() {
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
   const int rows = p.expert_max_rows;
   if (!(rows == 1 || rows == 2 || rows == 4 || rows == 8)) fail("expert rows per pass: {} is not 1, 2, 4 or 8", rows);
-  if (p.linear_mma_min_rows < 0) fail("tensor-core projection rows: {} is not 0 (never) or more", p.linear_mma_min_rows);
+  if (p.linear_mma_min_rows < 0)
+    fail("tensor-core projection rows: {} is not 0 (never) or more", p.linear_mma_min_rows);
   cuda_drop_graphs(engine);
   set_expert_rows_policy({rows, p.expert_by_count});
   set_linear_policy({p.linear_mma_min_rows});

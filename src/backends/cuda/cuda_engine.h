@@ -123,12 +123,12 @@ class KernelProfile {
 };
 
 // While alive, the calling thread's launches of every kernel whose label (as KernelTime names it,
-// with the grid: "linear_kernel<__nv_bfloat16, 1, true> [168x1x1]") contains name_part are issued twice in a row (never the peer lane's handoff
-// kernels). A diagnostic for benchmarks: the results are wrong (an in-place norm runs twice, an
-// accumulation adds twice), the time is right: a step with a kernel twice, less the step with it
-// once, is that kernel's share of the step's critical path inside a graph with PDL, where the
-// kernels' own times (KernelProfile) overlap. Graphs captured meanwhile keep the repeats: drop them
-// (cuda_set_pdl) before and after.
+// with the grid: "linear_kernel<__nv_bfloat16, 1, true> [168x1x1]") contains name_part are issued
+// twice in a row (never the peer lane's handoff kernels). A diagnostic for benchmarks: the results
+// are wrong (an in-place norm runs twice, an accumulation adds twice), the time is right: a step with
+// a kernel twice, less the step with it once, is that kernel's share of the step's critical path
+// inside a graph with PDL, where the kernels' own times (KernelProfile) overlap. Graphs captured
+// meanwhile keep the repeats: drop them (cuda_drop_graphs) before and after.
 class KernelRepeat {
  public:
   explicit KernelRepeat(std::string name_part);

@@ -408,7 +408,8 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
   const T* wr[2] = {static_cast<const T*>(t.gate[s.e]) + int64_t(j) * t.hidden,
                     static_cast<const T*>(t.up[s.e]) + int64_t(j) * t.hidden};
   if constexpr (kByCount) {
-    with_count_rows<kExpertRows>(s.cnt, [&](auto rows) { gate_up_rows<T, decltype(rows)::value>(t, w, r, s, wr, j, vec); });
+    with_count_rows<kExpertRows>(
+        s.cnt, [&](auto rows) { gate_up_rows<T, decltype(rows)::value>(t, w, r, s, wr, j, vec); });
   } else {
     gate_up_rows<T, kExpertRows>(t, w, r, s, wr, j, vec);
   }

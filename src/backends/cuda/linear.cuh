@@ -47,7 +47,7 @@ void launch_linear(const LinearArgs& a, cudaStream_t stream);
 // when it applies (bf16 weights, K and the strides multiples of 32 / 8 / 4 elements, 16-byte aligned
 // rows); 0: never. The two kernels add the products in different orders (results within f32
 // rounding of each other, not the same bits). The default, 2: on the H200 the tensor cores were
-// 3% slower for one row and 1.07× (2 rows) to 1.41× (32 rows) faster for the whole step at more
+// 3% slower for one row and 1.07× (2 rows) to 1.42× (32 rows) faster for the whole step at more
 // (bench/RESULTS.md, "Projections on the tensor cores").
 struct LinearPolicy {
   int mma_min_rows = 2;

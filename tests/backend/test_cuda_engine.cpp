@@ -194,6 +194,34 @@ TEST(CudaEngineOptions, BadOptionsAreInputErrors) {
   EXPECT_THROW(cold_tail(model->cfg, 1.5), InputError);
 }
 
+// The kernel choices a benchmark may set: the defaults are the measured ones, bad values are input
+// errors that leave the policy as it was, good ones read back.
+TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
+  auto model = Model::load(test::oracle_dir("deepseekv3_f32"));
+  auto e = make_cuda_engine(*model, {}, {});
+  const CudaKernelPolicy before = cuda_kernel_policy();
+  EXPECT_EQ(before.expert_max_rows, 4);
+  EXPECT_FALSE(before.expert_by_count);
+  EXPECT_EQ(before.linear_mma_min_rows, 2);
+  for (int rows : {0, 3, 16}) {
+    CudaKernelPolicy p = before;
+    p.expert_max_rows = rows;
+    EXPECT_THROW(cuda_set_kernel_policy(*e, p), InputError) << rows;
+  }
+  CudaKernelPolicy p = before;
+  p.linear_mma_min_rows = -1;
+  EXPECT_THROW(cuda_set_kernel_policy(*e, p), InputError);
+  EXPECT_EQ(cuda_kernel_policy().expert_max_rows, before.expert_max_rows);
+  EXPECT_EQ(cuda_kernel_policy().linear_mma_min_rows, before.linear_mma_min_rows);
+  cuda_set_kernel_policy(*e, {8, true, 0});
+  EXPECT_EQ(cuda_kernel_policy().expert_max_rows, 8);
+  EXPECT_TRUE(cuda_kernel_policy().expert_by_count);
+  EXPECT_EQ(cuda_kernel_policy().linear_mma_min_rows, 0);
+  cuda_set_kernel_policy(*e, before);
+  EXPECT_EQ(cuda_kernel_policy().expert_max_rows, before.expert_max_rows);
+  EXPECT_THROW(KernelRepeat(""), InputError);
+}
+
 TEST(CudaEngineOptions, ContextAndSlotLimits) {
   auto model = Model::load(test::oracle_dir("qwen3moe_f32"));
   EngineOptions eo;

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/moe.cuh"
 #include "backends/cuda/norm.cuh"
@@ -130,6 +131,37 @@ void check_gathered_heads(int min_rows) {
 
 TEST(LinearOp, GatheredRowsAndBatchedHeads) {
   for (int min_rows : {0, 1}) check_gathered_heads(min_rows);
+}
+
+// KernelRepeat issues the kernels its name part matches twice, by name or by grid ("[5x1x1]": 40
+// features, 8 a block), and nothing else: seen through an accumulating projection from y = 0.
+TEST(KernelRepeatOp, MatchingLaunchesRunTwice) {
+  MmaRows policy(0);  // the CUDA-core kernel, linear_kernel
+  const int n = 1, M = 40, K = 64;
+  auto wf = test::random_floats(size_t(M) * K, 31, 0.1f);
+  auto wb = test::to_dtype(wf, DType::kBF16);
+  auto x = test::random_floats(size_t(n) * K, 32);
+  std::vector<float> ref(size_t(n) * M);
+  cpu::matmul(x.data(), n, view(wb, DType::kBF16, M, K), ref.data(), global_pool());
+  DevBuf<uint8_t> dw(wb);
+  DevBuf<float> dx(x);
+  for (const auto& [part, times] : {std::pair<const char*, float>{"linear_kernel", 2.0f}, {"[5x1x1]", 2.0f},
+                                    {"[6x1x1]", 1.0f}, {"expert_down", 1.0f}}) {
+    SCOPED_TRACE(part);
+    std::vector<float> zero(size_t(n) * M, 0.0f);
+    DevBuf<float> dy(zero);
+    cuda::LinearArgs a;
+    a.x = dx.p, a.x_stride = K, a.n = n;
+    a.w = dw.p, a.wt = WType::kBF16, a.M = M, a.K = K, a.w_ld = K;
+    a.y = dy.p, a.y_stride = M, a.accumulate = true;
+    {
+      KernelRepeat repeat(part);
+      cuda::launch_linear(a, nullptr);
+    }
+    auto want = ref;
+    for (auto& v : want) v *= times;
+    EXPECT_LT(test::rel_err(dy.download(), want), 1e-5);
+  }
 }
 
 TEST(NormOp, MatchesCpuRmsNorm) {

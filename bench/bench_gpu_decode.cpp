@@ -150,15 +150,15 @@ int run(const Args& a) {
                                              : 0;
   std::vector<Variant> variants;
   const CudaKernelPolicy defaults = cuda_kernel_policy();
-  auto parse_variant = [&](const std::string& spec) { return tandem::parse_variant(spec, defaults); };
+  auto variant = [&](const std::string& spec) { return parse_variant(spec, defaults); };
   if (!a.variants.empty()) {
-    for (const std::string& spec : split(a.variants)) variants.push_back(parse_variant(spec));
+    for (const std::string& spec : split(a.variants)) variants.push_back(variant(spec));
   } else if (a.pdl == "0") {
-    variants = {parse_variant("pdl0")};
+    variants = {variant("pdl0")};
   } else if (a.pdl == "1") {
-    variants = {parse_variant("base")};
+    variants = {variant("base")};
   } else if (a.pdl == "both") {
-    variants = {parse_variant("pdl0"), parse_variant("base"), parse_variant("pdl0")};
+    variants = {variant("pdl0"), variant("base"), variant("pdl0")};
   } else {
     fail("--pdl: expected 0, 1 or both, got '{}'", a.pdl);
   }

@@ -47,6 +47,10 @@ constexpr double kHbm = 4.4e12, kPcie = 51e9;  // measured on the H200 box (BRIE
 //   rowsN    expert kernels take at most N rows per pass (1, 2, 4, 8)
 //   count    expert kernels size their passes by each expert's own rows
 //   mmaN     projections of at least N rows on the tensor cores (mma0: never)
+//   ksN      warps per feature of the CUDA-core projection at one row (ks0: by the grid; 1, 2, 4)
+//   nprep    the CUDA-core projection's fused RMSNorm in a pass of its own (the scale before the dot)
+//   ktN      the choice by the grid (ks0) aims for N blocks a multiprocessor (default 2)
+//   chunkN   MLA attention's split blocks take at least N positions (default 16)
 //   x2:NAME  kernels whose name contains NAME are launched twice (KernelRepeat): the step's time
 //            less the reference's is their share of the critical path (the results are wrong)
 struct Variant {
@@ -74,8 +78,12 @@ Variant parse_variant(const std::string& spec, const CudaKernelPolicy& defaults)
     else if (t == "count") v.policy.expert_by_count = true;
     else if (t == "rows1" || t == "rows2" || t == "rows4" || t == "rows8") v.policy.expert_max_rows = number(4);
     else if (t.rfind("mma", 0) == 0) v.policy.linear_mma_min_rows = number(3);
+    else if (t == "ks0" || t == "ks1" || t == "ks2" || t == "ks4") v.policy.linear_row_split = number(2);
+    else if (t == "nprep") v.policy.linear_norm_prepass = true;
+    else if (t.rfind("kt", 0) == 0) v.policy.linear_split_target = number(2);
+    else if (t.rfind("chunk", 0) == 0) v.policy.mla_min_chunk = number(5);
     else if (t.rfind("x2:", 0) == 0 && t.size() > 3) v.twice = t.substr(3);
-    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, count, mmaN, x2:NAME)", t);
+    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, count, mmaN, ks0|1|2|4, nprep, ktN, chunkN, x2:NAME)", t);
   }
   return v;
 }
@@ -304,7 +312,11 @@ int run(const Args& a) {
                         {"tokens_per_s", B / ms * 1e3}, {"bytes_per_step", bytes}, {"cold_bytes_per_step", cold_b},
                         {"hbm_bound_ms", hbm_ms}, {"link_bound_ms", link_ms}, {"bound_ms", bound}, {"peer", peer_json},
                         {"expert_max_rows", v.policy.expert_max_rows}, {"expert_by_count", v.policy.expert_by_count},
-                        {"linear_mma_min_rows", v.policy.linear_mma_min_rows}});
+                        {"linear_mma_min_rows", v.policy.linear_mma_min_rows},
+                        {"linear_row_split", v.policy.linear_row_split},
+                        {"linear_norm_prepass", v.policy.linear_norm_prepass},
+                        {"linear_split_target", v.policy.linear_split_target},
+                        {"mla_min_chunk", v.policy.mla_min_chunk}});
         table.push_back(fmt::format("{:<6} {:>3} {:>3} {:>9.3f} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}", lane,
                                     B, pdl ? "on" : "off", ms, B / ms * 1e3, bytes / 1e9, double(cold_b) / 1e9, hbm_ms,
                                     bound, ms / bound) +

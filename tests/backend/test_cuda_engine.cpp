@@ -152,10 +152,21 @@ TEST_P(CudaLongMla, MatchesCpuEngine) {
   };
   CpuEngine cpu(*model);
   auto gpu = make_cuda_engine(*model, {}, {});
-  const auto ref = run(cpu), got = run(*gpu);
-  EXPECT_EQ(got.tokens, ref.tokens);
-  ASSERT_EQ(got.logits.size(), ref.logits.size());
-  EXPECT_LT(max_rel_err(got.logits.data(), ref.logits.data(), int64_t(ref.logits.size())), 1e-4);
+  const auto ref = run(cpu);
+  // Split blocks of at least 16 positions (the default), 5 and 1: other chunk sizes, split counts and
+  // a last split shorter than the others.
+  const CudaKernelPolicy before = cuda_kernel_policy();
+  for (int chunk : {16, 5, 1}) {
+    SCOPED_TRACE(chunk);
+    CudaKernelPolicy p = before;
+    p.mla_min_chunk = chunk;
+    cuda_set_kernel_policy(*gpu, p);
+    const auto got = run(*gpu);
+    EXPECT_EQ(got.tokens, ref.tokens);
+    ASSERT_EQ(got.logits.size(), ref.logits.size());
+    EXPECT_LT(max_rel_err(got.logits.data(), ref.logits.data(), int64_t(ref.logits.size())), 1e-4);
+  }
+  cuda_set_kernel_policy(*gpu, before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, CudaLongMla, ::testing::Values(16, 18, 24));  // 18: a group of two heads
@@ -194,31 +205,42 @@ TEST(CudaEngineOptions, BadOptionsAreInputErrors) {
   EXPECT_THROW(cold_tail(model->cfg, 1.5), InputError);
 }
 
+void expect_policy(const CudaKernelPolicy& got, const CudaKernelPolicy& want) {
+  EXPECT_EQ(got.expert_max_rows, want.expert_max_rows);
+  EXPECT_EQ(got.expert_by_count, want.expert_by_count);
+  EXPECT_EQ(got.linear_mma_min_rows, want.linear_mma_min_rows);
+  EXPECT_EQ(got.linear_row_split, want.linear_row_split);
+  EXPECT_EQ(got.linear_norm_prepass, want.linear_norm_prepass);
+  EXPECT_EQ(got.linear_split_target, want.linear_split_target);
+  EXPECT_EQ(got.mla_min_chunk, want.mla_min_chunk);
+}
+
 // The kernel choices a benchmark may set: the defaults are the measured ones, bad values are input
 // errors that leave the policy as it was, good ones read back.
 TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
   auto model = Model::load(test::oracle_dir("deepseekv3_f32"));
   auto e = make_cuda_engine(*model, {}, {});
   const CudaKernelPolicy before = cuda_kernel_policy();
-  EXPECT_EQ(before.expert_max_rows, 4);
-  EXPECT_FALSE(before.expert_by_count);
-  EXPECT_EQ(before.linear_mma_min_rows, 2);
-  for (int rows : {0, 3, 16}) {
-    CudaKernelPolicy p = before;
-    p.expert_max_rows = rows;
-    EXPECT_THROW(cuda_set_kernel_policy(*e, p), InputError) << rows;
-  }
-  CudaKernelPolicy p = before;
-  p.linear_mma_min_rows = -1;
-  EXPECT_THROW(cuda_set_kernel_policy(*e, p), InputError);
-  EXPECT_EQ(cuda_kernel_policy().expert_max_rows, before.expert_max_rows);
-  EXPECT_EQ(cuda_kernel_policy().linear_mma_min_rows, before.linear_mma_min_rows);
-  cuda_set_kernel_policy(*e, {8, true, 0});
-  EXPECT_EQ(cuda_kernel_policy().expert_max_rows, 8);
-  EXPECT_TRUE(cuda_kernel_policy().expert_by_count);
-  EXPECT_EQ(cuda_kernel_policy().linear_mma_min_rows, 0);
+  expect_policy(before, {4, false, 2, 0, false, 2, 16});
+  using Set = void (*)(CudaKernelPolicy&, int);
+  const std::vector<std::pair<Set, std::vector<int>>> bad = {
+      {[](CudaKernelPolicy& p, int v) { p.expert_max_rows = v; }, {0, 3, 16}},
+      {[](CudaKernelPolicy& p, int v) { p.linear_mma_min_rows = v; }, {-1}},
+      {[](CudaKernelPolicy& p, int v) { p.linear_row_split = v; }, {-1, 3, 8}},
+      {[](CudaKernelPolicy& p, int v) { p.linear_split_target = v; }, {0, 65}},
+      {[](CudaKernelPolicy& p, int v) { p.mla_min_chunk = v; }, {0, 1025}}};
+  for (const auto& [set, values] : bad)
+    for (int v : values) {
+      CudaKernelPolicy p = before;
+      set(p, v);
+      EXPECT_THROW(cuda_set_kernel_policy(*e, p), InputError) << v;
+      expect_policy(cuda_kernel_policy(), before);
+    }
+  const CudaKernelPolicy other{8, true, 0, 4, true, 3, 7};
+  cuda_set_kernel_policy(*e, other);
+  expect_policy(cuda_kernel_policy(), other);
   cuda_set_kernel_policy(*e, before);
-  EXPECT_EQ(cuda_kernel_policy().expert_max_rows, before.expert_max_rows);
+  expect_policy(cuda_kernel_policy(), before);
   EXPECT_THROW(KernelRepeat(""), InputError);
 }
 

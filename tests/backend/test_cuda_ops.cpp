@@ -10,6 +10,8 @@
 #include <cstring>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "backends/cpu/kernels.h"
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/linear.cuh"
@@ -38,10 +40,14 @@ struct LinearCase {
 };
 
 // Sets the projections' kernel choice for a scope: mma_min_rows 0 keeps every launch on the CUDA-core
-// kernel, 1 sends every launch it applies to (bf16, K a multiple of 32) to the tensor-core kernel.
+// kernel, 1 sends every launch it applies to (bf16, K a multiple of 32) to the tensor-core kernel;
+// split: the CUDA-core kernel's warps per feature at one row (0: by the grid); prepass: its fused
+// norm's scale from a pass of its own.
 class MmaRows {
  public:
-  explicit MmaRows(int min_rows) : before_(cuda::linear_policy()) { cuda::set_linear_policy({min_rows}); }
+  explicit MmaRows(int min_rows, int split = 0, bool prepass = false) : before_(cuda::linear_policy()) {
+    cuda::set_linear_policy({min_rows, split, prepass});
+  }
   ~MmaRows() { cuda::set_linear_policy(before_); }
   MmaRows(const MmaRows&) = delete;
   MmaRows& operator=(const MmaRows&) = delete;
@@ -53,10 +59,11 @@ class MmaRows {
 // Whether the tensor-core kernel should take a projection of dtype dt and depth K under MmaRows(min_rows).
 bool expect_mma(int min_rows, DType dt, int K) { return min_rows == 1 && dt == DType::kBF16 && K % 32 == 0; }
 
-// y = x Wᵀ against the CPU's matmul, then y += x Wᵀ (twice the result), on the kernel min_rows picks.
-void check_linear(DType dt, int n, int M, int K, int min_rows) {
-  SCOPED_TRACE(min_rows ? "tensor-core kernel" : "CUDA-core kernel");
-  MmaRows policy(min_rows);
+// y = x Wᵀ against the CPU's matmul, then y += x Wᵀ (twice the result), on the kernel min_rows picks
+// (the CUDA-core kernel with `split` warps a feature at one row).
+void check_linear(DType dt, int n, int M, int K, int min_rows, int split = 0) {
+  SCOPED_TRACE(min_rows ? "tensor-core kernel" : fmt::format("CUDA-core kernel, split {}", split));
+  MmaRows policy(min_rows, split);
   auto wf = test::random_floats(size_t(M) * K, 1 + n + M + K, 0.1f);
   auto wb = test::to_dtype(wf, dt);
   auto x = test::random_floats(size_t(n) * K, 7 + n);
@@ -70,6 +77,9 @@ void check_linear(DType dt, int n, int M, int K, int min_rows) {
   a.w = dw.p, a.wt = cuda::wtype_of(dt, "w"), a.M = M, a.K = K, a.w_ld = K;
   a.y = dy.p, a.y_stride = M;
   ASSERT_EQ(cuda::linear_uses_mma(a), expect_mma(min_rows, dt, K));
+  if (split > 0 && !cuda::linear_uses_mma(a)) {
+    ASSERT_EQ(cuda::linear_row_split(a), n == 1 ? split : 1);
+  }
   cuda::launch_linear(a, nullptr);
   EXPECT_LT(test::rel_err(dy.download(), ref), 1e-5);
   a.accumulate = true;
@@ -84,10 +94,15 @@ class LinearOp : public ::testing::TestWithParam<LinearCase> {};
 TEST_P(LinearOp, MatchesCpuMatmul) {
   const auto [dt, n, M, K] = GetParam();
   for (int min_rows : {0, 1}) check_linear(dt, n, M, K, min_rows);
+  for (int split : {1, 2, 4}) check_linear(dt, n, M, K, 0, split);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LinearOp,
                          ::testing::Values(LinearCase{DType::kF32, 1, 37, 256}, LinearCase{DType::kBF16, 3, 64, 512},
+                                           // One row: K in shares of whole 256-k steps (bf16), one
+                                           // share empty at K 128 and split 2 or 4, the scalar path.
+                                           LinearCase{DType::kBF16, 1, 70, 2048}, LinearCase{DType::kBF16, 1, 24, 128},
+                                           LinearCase{DType::kBF16, 1, 19, 50}, LinearCase{DType::kF16, 1, 40, 136},
                                            LinearCase{DType::kF16, 13, 40, 136},
                                            LinearCase{DType::kBF16, 9, 33, 50},  // K not a multiple of 8: scalar path
                                            LinearCase{DType::kF32, 17, 8, 30},
@@ -136,7 +151,7 @@ TEST(LinearOp, GatheredRowsAndBatchedHeads) {
 // KernelRepeat issues the kernels its name part matches twice, by name or by grid ("[5x1x1]": 40
 // features, 8 a block), and nothing else: seen through an accumulating projection from y = 0.
 TEST(KernelRepeatOp, MatchingLaunchesRunTwice) {
-  MmaRows policy(0);  // the CUDA-core kernel, linear_kernel
+  MmaRows policy(0, 1);  // the CUDA-core kernel, linear_kernel, a warp per feature
   const int n = 1, M = 40, K = 64;
   auto wf = test::random_floats(size_t(M) * K, 31, 0.1f);
   auto wb = test::to_dtype(wf, DType::kBF16);
@@ -214,6 +229,17 @@ TEST(LinearOp, FusedRmsNormMatchesNormThenMatmul) {
       check_linear_norm(DType::kF32, n, 24, 302);
     }
   }
+  // The CUDA-core kernel's two ways to the scale, each with 1, 2 and 4 warps a feature at one row.
+  for (bool prepass : {false, true})
+    for (int split : {1, 2, 4}) {
+      SCOPED_TRACE(fmt::format("CUDA-core kernel, prepass {}, split {}", prepass, split));
+      MmaRows policy(0, split, prepass);
+      for (int n : {1, 3}) {
+        check_linear_norm(DType::kBF16, n, 40, 512);
+        check_linear_norm(DType::kBF16, n, 37, 2048);
+        check_linear_norm(DType::kF32, n, 24, 302);
+      }
+    }
 }
 
 ModelConfig router_config(RouterKind kind, int64_t E, int64_t k, bool norm, int64_t groups, int64_t topk_group) {

@@ -4,6 +4,7 @@
 #include "backends/cuda/attention.cuh"
 
 #include <algorithm>
+#include <atomic>
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/launch.cuh"
@@ -136,7 +137,7 @@ __global__ void mla_prep_kernel(MlaArgs a, RowInfo rows, RopeTables rope) {
 
 // MLA attention over the latent cache (decode and prefill). A block is (row, group of kMlaHeads
 // heads, split) with one warp per head of the group; a row's positions [0, T) are cut into up to
-// `splits` contiguous chunks of at least kMlaMinChunk positions, one block each (flash-decoding), and
+// `splits` contiguous chunks of at least min_chunk positions (mla_min_chunk()), one block each (flash-decoding), and
 // inside a block the warps take the chunk's positions in turn. A warp holds its lanes' share of every
 // group head's query in registers (q_lat and the rotated q_rope, two columns per lane per NI step),
 // reads each of its positions' cached rows once (the next one in flight while it scores the current
@@ -148,7 +149,6 @@ __global__ void mla_prep_kernel(MlaArgs a, RowInfo rows, RopeTables rope) {
 // on which block was last).
 constexpr int kMlaWarps = kMlaHeads;  // warp h combines head h
 constexpr int kMlaThreads = kMlaWarps * kWarp;
-constexpr int kMlaMinChunk = 16;  // fewest positions a split block takes (4 per warp)
 
 // Rotated q_rope column rc (0 ≤ rc < rope) of one head's query src (its rope part) at position pos,
 // in the cache's de-interleaved layout: first halves then second halves of the rotated pairs.
@@ -163,7 +163,7 @@ __device__ __forceinline__ float mla_rope_q(const float* src, int rc, int pos, c
 template <int NI>  // column pairs per lane: (kv_lora + rope) / 2 ≤ 32 · NI
 __global__ void __launch_bounds__(kMlaThreads)
     attention_mla_kernel(MlaArgs a, RowInfo rows, const float* q_lat, const float* q, int64_t q_stride,
-                         RopeTables rope, float scale, float* o_lat, MlaScratch sc, int splits) {
+                         RopeTables rope, float scale, float* o_lat, MlaScratch sc, int splits, int min_chunk) {
   pdl_wait();
   pdl_launch_dependents();
   extern __shared__ float sm[];  // [kMlaWarps][kMlaHeads][L] warp sums | [kMlaWarps][kMlaHeads] max | sum
@@ -175,11 +175,12 @@ __global__ void __launch_bounds__(kMlaThreads)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int pos = rows.pos[r];
   const int T = pos + 1;
-  // A short context uses fewer of the grid's splits (the rest leave at once); every used split gets
-  // at least one position ((used - 1) · ceil(T / used) < T for used ≤ min(16, ceil(T / 16))).
-  const int used = min(splits, (T + kMlaMinChunk - 1) / kMlaMinChunk);
+  // A short context uses fewer of the grid's splits (the rest leave at once), each at least one
+  // position: chunks of ceil(T / want) positions, as many as it takes to cover T.
+  const int want = min(splits, (T + min_chunk - 1) / min_chunk);
+  const int chunk = (T + want - 1) / want;
+  const int used = (T + chunk - 1) / chunk;
   if (split >= used) return;
-  const int chunk = (T + used - 1) / used;
   const int tb = min(T, split * chunk), te = min(T, tb + chunk);
 
   // The group's queries, this lane's columns 2j, 2j + 1 for j = lane + 32 i; heads past the model's
@@ -360,6 +361,8 @@ __global__ void __launch_bounds__(kMlaThreads)
   }
 }
 
+std::atomic<int> g_mla_min_chunk{16};
+
 template <class K>
 void allow_smem(K kernel, size_t bytes) {
   if (bytes > 48 * 1024)
@@ -369,6 +372,12 @@ void allow_smem(K kernel, size_t bytes) {
 }  // namespace
 
 int max_gqa_ctx() { return kMaxSmem / 4; }
+
+void set_mla_min_chunk(int positions) {
+  TANDEM_CUDA_REQUIRE(positions >= 1 && positions <= 1024, "MLA split chunk: 1 to 1024 positions");
+  g_mla_min_chunk = positions;
+}
+int mla_min_chunk() { return g_mla_min_chunk.load(); }
 
 void launch_gqa_prep(const GqaPrepArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream) {
   if (rows.n == 0) return;
@@ -415,7 +424,8 @@ void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_
   static_assert(size_t(kMlaWarps) * kMlaHeads * (kMlaMaxWidth + 2) * 4 <= 48 * 1024, "within the default shared memory");
   const dim3 grid(rows.n, groups, splits);
   auto go = [&](auto kernel) {
-    launch_kernel(kernel, grid, kMlaThreads, smem, stream, a, rows, q_lat, q, q_stride, rope, scale, o_lat, sc, splits);
+    launch_kernel(kernel, grid, kMlaThreads, smem, stream, a, rows, q_lat, q, q_stride, rope, scale, o_lat, sc, splits,
+                  g_mla_min_chunk.load());
   };
   const int w2 = (a.kv_lora + a.rope) / 2;
   if (w2 <= kWarp) go(attention_mla_kernel<1>);

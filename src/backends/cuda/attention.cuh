@@ -87,6 +87,12 @@ void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_
                           const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc,
                           cudaStream_t stream);
 
+// The fewest positions a split block of MLA attention takes (process-wide, read at each launch: a
+// captured graph keeps what it was captured with; a tuning knob for benchmarks). Fewer positions a
+// block: more blocks, each with a shorter serial run over its positions. Default 16.
+void set_mla_min_chunk(int positions);
+int mla_min_chunk();
+
 // Largest cache capacity (positions) the GQA attention kernel accepts (its scores live in shared
 // memory; MLA has no such bound).
 int max_gqa_ctx();

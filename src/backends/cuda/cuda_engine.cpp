@@ -633,7 +633,8 @@ void cuda_drop_graphs(Engine& engine) {
 
 CudaKernelPolicy cuda_kernel_policy() {
   const ExpertRowsPolicy e = expert_rows_policy();
-  return {e.max_rows, e.by_count, linear_policy().mma_min_rows};
+  const LinearPolicy l = linear_policy();
+  return {e.max_rows, e.by_count, l.mma_min_rows, l.row_split, l.norm_prepass, l.split_target, mla_min_chunk()};
 }
 
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
@@ -641,9 +642,17 @@ void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
   if (!(rows == 1 || rows == 2 || rows == 4 || rows == 8)) fail("expert rows per pass: {} is not 1, 2, 4 or 8", rows);
   if (p.linear_mma_min_rows < 0)
     fail("tensor-core projection rows: {} is not 0 (never) or more", p.linear_mma_min_rows);
+  const int split = p.linear_row_split;
+  if (!(split == 0 || split == 1 || split == 2 || split == 4))
+    fail("warps per projection feature: {} is not 0 (by the grid), 1, 2 or 4", split);
+  if (p.linear_split_target < 1 || p.linear_split_target > 64)
+    fail("projection blocks per multiprocessor: {} is not 1 to 64", p.linear_split_target);
+  if (p.mla_min_chunk < 1 || p.mla_min_chunk > 1024)
+    fail("MLA split chunk: {} positions is not 1 to 1024", p.mla_min_chunk);
   cuda_drop_graphs(engine);
   set_expert_rows_policy({rows, p.expert_by_count});
-  set_linear_policy({p.linear_mma_min_rows});
+  set_linear_policy({p.linear_mma_min_rows, split, p.linear_norm_prepass, p.linear_split_target});
+  set_mla_min_chunk(p.mla_min_chunk);
 }
 
 std::optional<int> parse_cuda_device(std::string_view device) {

@@ -84,13 +84,22 @@ void cuda_drop_graphs(Engine& engine);
 // The kernels' launch-time choices, process-wide (tuning knobs for benchmarks; the defaults are the
 // measured best): the expert kernels' activation rows per pass (ExpertRowsPolicy in moe.cuh: at most
 // expert_max_rows of 1, 2, 4 or 8; expert_by_count: sized by each expert's own rows; the same bits
-// under every setting) and the steps that take the tensor-core projection kernel (LinearPolicy in
+// under every setting), the steps that take the tensor-core projection kernel (LinearPolicy in
 // linear.cuh: at least linear_mma_min_rows rows, 0 never; results within f32 rounding of the other
-// kernel's). cuda_set_kernel_policy checks the values and drops the engine's graphs.
+// kernel's), the CUDA-core projection's warps per feature at one row (linear_row_split: 1, 2, 4, or
+// 0 by the grid) and where its fused RMSNorm takes the scale from (linear_norm_prepass: a pass of
+// its own, else the dot's pass; f32 rounding apart) and the blocks per multiprocessor its choice by
+// the grid aims for (linear_split_target), and the fewest positions a split block of MLA attention
+// takes (mla_min_chunk, attention.cuh; f32 rounding apart).
+// cuda_set_kernel_policy checks the values and drops the engine's graphs.
 struct CudaKernelPolicy {
   int expert_max_rows = 0;
   bool expert_by_count = false;
   int linear_mma_min_rows = 0;
+  int linear_row_split = 0;
+  bool linear_norm_prepass = false;
+  int linear_split_target = 2;
+  int mla_min_chunk = 16;
 };
 CudaKernelPolicy cuda_kernel_policy();
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p);

@@ -126,12 +126,15 @@ void with_wtype(WType wt, F&& f) {
 // acc[w][r] += Σ_k W_w[k] · x_r[k] for NW weight rows (sharing the activation loads) and nr ≤ R
 // activation rows, partial per lane (reduce with warp_sum afterwards). `vec`: W rows and x rows are
 // 16-byte aligned and K is a multiple of vec_of<T>() (then 16-byte loads; else a scalar loop).
-// kNorm: each x_r is RMS-normalised on the fly, x_r[k] · scale[r] · nw[k] (the rounding of
-// rms_norm_kernel's output), nw 16-byte aligned.
-template <class T, int NW, int R, bool kNorm = false>
+// kNorm (an RMSNorm in front, nw its weights, 16-byte aligned): kNormScaled multiplies each x_r by
+// scale[r] · nw[k] on the fly (the rounding of rms_norm_kernel's output); kNormGain by nw[k] only and
+// adds x_r[k]² into ss[r] (f64, partial per lane), so that one pass over x yields both the dot and
+// the row's sum of squares (the caller scales the dot afterwards).
+enum : int { kNormNone = 0, kNormScaled = 1, kNormGain = 2 };
+template <class T, int NW, int R, int kNorm = kNormNone>
 __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, const float* const (&x)[R], int nr,
                                               bool vec, float (&acc)[NW][R], const float* nw = nullptr,
-                                              const float* scale = nullptr) {
+                                              const float* scale = nullptr, double* ss = nullptr) {
   const int lane = threadIdx.x % kWarp;
   if (vec) {
     constexpr int V = vec_of<T>();
@@ -150,10 +153,14 @@ __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, co
 #pragma unroll
           for (int q = 0; q < V / 4; ++q) {
             float4 xv = xp[q];
-            if constexpr (kNorm) {
+            if constexpr (kNorm == kNormScaled) {
               const float4 g = reinterpret_cast<const float4*>(nw + k)[q];
               const float s = scale[r];
               xv = make_float4(xv.x * s * g.x, xv.y * s * g.y, xv.z * s * g.z, xv.w * s * g.w);
+            } else if constexpr (kNorm == kNormGain) {
+              const float4 g = reinterpret_cast<const float4*>(nw + k)[q];
+              ss[r] += double(xv.x) * xv.x + double(xv.y) * xv.y + double(xv.z) * xv.z + double(xv.w) * xv.w;
+              xv = make_float4(xv.x * g.x, xv.y * g.y, xv.z * g.z, xv.w * g.w);
             }
 #pragma unroll
             for (int i = 0; i < NW; ++i)
@@ -172,7 +179,11 @@ __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, co
       for (int r = 0; r < R; ++r)
         if (r < nr) {
           float xv = x[r][k];
-          if constexpr (kNorm) xv = xv * scale[r] * nw[k];
+          if constexpr (kNorm == kNormScaled) xv = xv * scale[r] * nw[k];
+          if constexpr (kNorm == kNormGain) {
+            ss[r] += double(xv) * xv;
+            xv = xv * nw[k];
+          }
 #pragma unroll
           for (int i = 0; i < NW; ++i) acc[i][r] += wf[i] * xv;
         }

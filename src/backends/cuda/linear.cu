@@ -51,41 +51,97 @@ __device__ __forceinline__ void fused_norm(const LinearArgs& a, const float* xb,
   }
 }
 
-template <class T, int kRows, bool kNorm>
+// y[r, m] for the block's features, kSplit warps a feature: the warps of feature m take consecutive
+// shares of K (whole steps of the dot's loop, so every share starts 16-byte aligned) and add their
+// sums in share order through shared memory; at kSplit 1 a warp streams the whole row. kNorm:
+// kNormScaled normalises x first (fused_norm, a pass of its own), kNormGain multiplies by the gain
+// only and takes the row's sum of squares from the same pass, scaling the dot at the end. Features
+// past M re-read row M - 1 (their sums are dropped), so every warp reaches the block's barriers.
+template <class T, int kRows, int kNorm, int kSplit>
 __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs a, bool vec) {
+  constexpr int kFeatures = kLinearWarps / kSplit;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int m = blockIdx.x * kLinearWarps + warp;
+  const int part = warp % kSplit, m_want = blockIdx.x * kFeatures + warp / kSplit;
+  const bool live = m_want < a.M;
+  const int m = min(m_want, a.M - 1);
   const int b = blockIdx.y;
-  const T* w[1] = {static_cast<const T*>(a.w) + b * a.w_bstride + int64_t(m) * a.w_ld};
+  const int step = vec ? kWarp * vec_of<T>() : kWarp;
+  const int share = ((a.K + step - 1) / step + kSplit - 1) / kSplit * step;
+  const int k0 = min(a.K, part * share), kn = min(a.K, k0 + share) - k0;
+  const T* w[1] = {static_cast<const T*>(a.w) + b * a.w_bstride + int64_t(m) * a.w_ld + k0};
   // The one exception to "wait first" (launch.cuh): weights are never written during a step, so the
   // warp starts pulling its row into L2 while the predecessor still runs (only a hint; the kernel's
   // parameters are all it reads for that).
-  if (m < a.M) prefetch_row_l2(w[0], a.K);
+  if (live) prefetch_row_l2(w[0], kn);
   pdl_wait();
   pdl_launch_dependents();
   const float* xb = a.x + b * a.x_bstride;
   float* yb = a.y + b * a.y_bstride;
-  __shared__ float scale[kRows];
-  if constexpr (kNorm) fused_norm(a, xb, vec, scale);
-  if (m >= a.M) return;
+  __shared__ float scale[kLinearNormRows];
+  __shared__ float part_dot[kSplit][kFeatures][kRows];
+  __shared__ double part_ss[kSplit][kFeatures][kRows];
+  if constexpr (kNorm == kNormScaled) fused_norm(a, xb, vec, scale);
+  const bool writer = live && part == 0 && lane == 0;
   for (int r0 = 0; r0 < a.n; r0 += kRows) {
     const int nr = min(kRows, a.n - r0);
     const float* x[kRows];
+    float old[kRows] = {};  // the accumulation's targets, loaded with the weights rather than after them
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int row = r0 + min(r, nr - 1);
-      x[r] = xb + int64_t(a.x_rows ? a.x_rows[row] : row) * a.x_stride;
+      x[r] = xb + int64_t(a.x_rows ? a.x_rows[row] : row) * a.x_stride + k0;
+      if (a.accumulate && writer && r < nr) old[r] = yb[int64_t(r0 + r) * a.y_stride + m];
     }
     float acc[1][kRows] = {};
-    warp_dot_rows<T, 1, kRows, kNorm>(w, a.K, x, nr, vec, acc, a.norm_w, scale);
+    double ss[kRows] = {};
+    warp_dot_rows<T, 1, kRows, kNorm>(w, kn, x, nr, vec, acc, kNorm ? a.norm_w + k0 : nullptr, scale, ss);
+    float v[kRows];
+    double q[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      v[r] = warp_sum(acc[0][r]);
+      q[r] = kNorm == kNormGain ? warp_sum(ss[r]) : 0.0;
+    }
+    if constexpr (kSplit > 1) {
+      const int f = warp / kSplit;
+      if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) part_dot[part][f][r] = v[r], part_ss[part][f][r] = q[r];
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        v[r] = part_dot[0][f][r], q[r] = part_ss[0][f][r];
+#pragma unroll
+        for (int p = 1; p < kSplit; ++p) v[r] += part_dot[p][f][r], q[r] += part_ss[p][f][r];
+      }
+      __syncthreads();  // part_dot is the next pass's
+    }
+    if constexpr (kNorm == kNormGain) {
+      // One pass (a fused norm has at most kLinearNormRows ≤ kRows rows): every warp saw the whole
+      // rows, so every warp holds the same scales; warp 0 leaves them for norm_out.
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float sc = float(1.0 / sqrt(q[r] / double(a.K) + double(a.norm_eps)));
+        v[r] *= sc;
+        if (warp == 0 && lane == 0 && r < nr) scale[r] = sc;
+      }
+    }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r >= nr) break;
-      float v = warp_sum(acc[0][r]);
-      if (lane == 0) {
+      if (writer) {
         float* dst = yb + int64_t(r0 + r) * a.y_stride + m;
-        *dst = a.accumulate ? *dst + v : v;
+        *dst = a.accumulate ? old[r] + v[r] : v[r];
       }
+    }
+  }
+  if constexpr (kNorm == kNormGain) {
+    if (a.norm_out) {
+      __syncthreads();
+      const int per = (a.K + gridDim.x - 1) / gridDim.x, i0 = blockIdx.x * per, i1 = min(a.K, i0 + per);
+      for (int r = 0; r < a.n; ++r)
+        for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x)
+          a.norm_out[int64_t(r) * a.norm_out_stride + i] = xb[int64_t(r) * a.x_stride + i] * scale[r] * a.norm_w[i];
     }
   }
 }
@@ -222,15 +278,33 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 static_assert(kLinearNormRows <= kLinearWarps && kLinearNormRows <= kMmaWarps, "a warp per normalised row");
 
 std::atomic<int> g_mma_min_rows{LinearPolicy{}.mma_min_rows};
+std::atomic<int> g_row_split{LinearPolicy{}.row_split};
+std::atomic<bool> g_norm_prepass{LinearPolicy{}.norm_prepass};
+std::atomic<int> g_split_target{LinearPolicy{}.split_target};
+
+int sm_count() {
+  int dev = 0, n = 0;
+  TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
+  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
 
 }  // namespace
 
 void set_linear_policy(LinearPolicy p) {
   TANDEM_CUDA_REQUIRE(p.mma_min_rows >= 0, "tensor-core rows: 0 (never) or more");
+  TANDEM_CUDA_REQUIRE(p.row_split == 0 || p.row_split == 1 || p.row_split == 2 || p.row_split == 4,
+                      "warps per feature: 0 (by the grid), 1, 2 or 4");
+  TANDEM_CUDA_REQUIRE(p.split_target >= 1 && p.split_target <= 64, "blocks per multiprocessor: 1 to 64");
   g_mma_min_rows = p.mma_min_rows;
+  g_row_split = p.row_split;
+  g_norm_prepass = p.norm_prepass;
+  g_split_target = p.split_target;
 }
 
-LinearPolicy linear_policy() { return {g_mma_min_rows.load()}; }
+LinearPolicy linear_policy() {
+  return {g_mma_min_rows.load(), g_row_split.load(), g_norm_prepass.load(), g_split_target.load()};
+}
 
 bool linear_uses_mma(const LinearArgs& a) {
   const int min_rows = g_mma_min_rows.load();
@@ -238,12 +312,21 @@ bool linear_uses_mma(const LinearArgs& a) {
          a.w_bstride % 8 == 0 && a.x_stride % 4 == 0 && a.x_bstride % 4 == 0 && aligned16(a.w) && aligned16(a.x);
 }
 
+int linear_row_split(const LinearArgs& a) {
+  if (a.n != 1 || linear_uses_mma(a)) return 1;
+  const int fixed = g_row_split.load();
+  if (fixed > 0) return fixed;
+  const int64_t want = g_split_target.load() * int64_t(sm_count());
+  int s = 1;
+  while (s < 4 && (int64_t(a.M) * s + kLinearWarps - 1) / kLinearWarps * a.batch < want) s *= 2;
+  return s;
+}
+
 void launch_linear(const LinearArgs& a, cudaStream_t stream) {
   if (a.n == 0 || a.M == 0) return;
   const int64_t V = 16 / int64_t(wtype_size(a.wt));
   const bool vec = a.K % V == 0 && a.w_ld % V == 0 && a.w_bstride % V == 0 && a.x_stride % 4 == 0 &&
                    a.x_bstride % 4 == 0 && aligned16(a.w) && aligned16(a.x);
-  dim3 grid((a.M + kLinearWarps - 1) / kLinearWarps, a.batch);
   const bool norm = a.norm_w != nullptr;
   TANDEM_CUDA_REQUIRE(!norm || (a.n <= kLinearNormRows && !a.x_rows && a.batch == 1 && aligned16(a.norm_w)),
                       "fused norm: at most kLinearNormRows plain rows, one problem");
@@ -255,12 +338,25 @@ void launch_linear(const LinearArgs& a, cudaStream_t stream) {
     else go(linear_mma_kernel<4, false>);
     return;
   }
+  const int split = linear_row_split(a);
+  const int nm = norm ? (g_norm_prepass.load() ? kNormScaled : kNormGain) : kNormNone;
+  const dim3 grid((a.M * split + kLinearWarps - 1) / kLinearWarps, a.batch);
   with_rows(a.n, [&](auto rows) {
     constexpr int R = decltype(rows)::value;
     auto go = [&](auto kernel) { launch_kernel(kernel, grid, kLinearWarps * kWarp, 0, stream, a, vec); };
-    with_wtype(a.wt, [&](auto tag) {
+    auto pick = [&](auto tag, auto split_c) {
       using T = typename decltype(tag)::type;
-      norm ? go(linear_kernel<T, R, true>) : go(linear_kernel<T, R, false>);
+      constexpr int S = decltype(split_c)::value;
+      if (nm == kNormGain) go(linear_kernel<T, R, kNormGain, S>);
+      else if (nm == kNormScaled) go(linear_kernel<T, R, kNormScaled, S>);
+      else go(linear_kernel<T, R, kNormNone, S>);
+    };
+    with_wtype(a.wt, [&](auto tag) {
+      if constexpr (R == 1) {  // more warps a feature only pay where a step has one row (linear.cuh)
+        if (split == 4) return pick(tag, std::integral_constant<int, 4>{});
+        if (split == 2) return pick(tag, std::integral_constant<int, 2>{});
+      }
+      pick(tag, std::integral_constant<int, 1>{});
     });
   });
 }

@@ -42,20 +42,32 @@ struct LinearArgs {
 constexpr int kLinearNormRows = 8;
 void launch_linear(const LinearArgs& a, cudaStream_t stream);
 
-// Which kernel a projection runs on (process-wide, read at each launch: a captured graph keeps what
-// it was captured with). mma_min_rows: steps of at least this many rows take the tensor-core kernel
-// when it applies (bf16 weights, K and the strides multiples of 32 / 8 / 4 elements, 16-byte aligned
-// rows); 0: never. The two kernels add the products in different orders (results within f32
-// rounding of each other, not the same bits). The default, 2: on the H200 the tensor cores were
-// 3% slower for one row and 1.07× (2 rows) to 1.42× (32 rows) faster for the whole step at more
-// (bench/RESULTS.md, "Projections on the tensor cores").
+// Which kernel a projection runs on, and how (process-wide, read at each launch: a captured graph
+// keeps what it was captured with).
+// - mma_min_rows: steps of at least this many rows take the tensor-core kernel when it applies (bf16
+//   weights, K and the strides multiples of 32 / 8 / 4 elements, 16-byte aligned rows); 0: never.
+//   The two kernels add the products in different orders (results within f32 rounding of each other,
+//   not the same bits). The default, 2: on the H200 the tensor cores were 3% slower for one row and
+//   1.07× (2 rows) to 1.42× (32 rows) faster for the whole step at more (bench/RESULTS.md,
+//   "Projections on the tensor cores").
+// - row_split: warps per output feature of the CUDA-core kernel at one row (1, 2 or 4; each takes a
+//   share of K, the shares' sums added in order): 0 picks by the grid, the fewest that give the launch
+//   at least split_target blocks a multiprocessor. More warps a feature put more of a short row's
+//   loads in flight at once.
+// - norm_prepass: the CUDA-core kernel's fused RMSNorm computes each row's scale in a pass of its own
+//   before the dot (true) instead of taking the sum of squares from the dot's own pass (false).
 struct LinearPolicy {
   int mma_min_rows = 2;
+  int row_split = 0;
+  bool norm_prepass = false;
+  int split_target = 2;
 };
 void set_linear_policy(LinearPolicy p);
 LinearPolicy linear_policy();
 // Whether launch_linear would run `a` on the tensor-core kernel under the current policy.
 bool linear_uses_mma(const LinearArgs& a);
+// Warps per output feature launch_linear would give `a` on the CUDA-core kernel (1 on the tensor cores).
+int linear_row_split(const LinearArgs& a);
 
 // x[r, :] = embed[tokens[r], :] widened to f32. embed: [vocab, H] in `wt`; tokens: [n] (device).
 void launch_embedding(const void* embed, WType wt, int H, const int32_t* tokens, int n, float* x,

@@ -51,6 +51,7 @@ constexpr double kHbm = 4.4e12, kPcie = 51e9;  // measured on the H200 box (BRIE
 //   nprep    the CUDA-core projection's fused RMSNorm in a pass of its own (the scale before the dot)
 //   ktN      the choice by the grid (ks0) aims for N blocks a multiprocessor (default 2)
 //   chunkN   MLA attention's split blocks take at least N positions (default 16)
+//   prep     MLA decode steps launch mla_prep (q_a's norm, the new cache entries) as prefill does
 //   x2:NAME  kernels whose name contains NAME are launched twice (KernelRepeat): the step's time
 //            less the reference's is their share of the critical path (the results are wrong)
 struct Variant {
@@ -82,8 +83,9 @@ Variant parse_variant(const std::string& spec, const CudaKernelPolicy& defaults)
     else if (t == "nprep") v.policy.linear_norm_prepass = true;
     else if (t.rfind("kt", 0) == 0) v.policy.linear_split_target = number(2);
     else if (t.rfind("chunk", 0) == 0) v.policy.mla_min_chunk = number(5);
+    else if (t == "prep") v.policy.mla_fresh_rows = false;
     else if (t.rfind("x2:", 0) == 0 && t.size() > 3) v.twice = t.substr(3);
-    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, count, mmaN, ks0|1|2|4, nprep, ktN, chunkN, x2:NAME)", t);
+    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, count, mmaN, ks0|1|2|4, nprep, ktN, chunkN, prep, x2:NAME)", t);
   }
   return v;
 }
@@ -316,7 +318,8 @@ int run(const Args& a) {
                         {"linear_row_split", v.policy.linear_row_split},
                         {"linear_norm_prepass", v.policy.linear_norm_prepass},
                         {"linear_split_target", v.policy.linear_split_target},
-                        {"mla_min_chunk", v.policy.mla_min_chunk}});
+                        {"mla_min_chunk", v.policy.mla_min_chunk},
+                        {"mla_fresh_rows", v.policy.mla_fresh_rows}});
         table.push_back(fmt::format("{:<6} {:>3} {:>3} {:>9.3f} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}", lane,
                                     B, pdl ? "on" : "off", ms, B / ms * 1e3, bytes / 1e9, double(cold_b) / 1e9, hbm_ms,
                                     bound, ms / bound) +

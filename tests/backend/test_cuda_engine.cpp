@@ -5,6 +5,8 @@
 #ifdef TANDEM_HAVE_CUDA
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/moe.cuh"
 #include "engine/generate.h"
@@ -154,12 +156,14 @@ TEST_P(CudaLongMla, MatchesCpuEngine) {
   auto gpu = make_cuda_engine(*model, {}, {});
   const auto ref = run(cpu);
   // Split blocks of at least 16 positions (the default), 5 and 1: other chunk sizes, split counts and
-  // a last split shorter than the others.
+  // a last split shorter than the others; decode steps with each row's new cache entry built inside
+  // attention (the default) and by mla_prep.
   const CudaKernelPolicy before = cuda_kernel_policy();
-  for (int chunk : {16, 5, 1}) {
-    SCOPED_TRACE(chunk);
+  for (const auto& [chunk, fresh] : {std::pair{16, true}, {5, true}, {1, true}, {16, false}, {5, false}, {1, false}}) {
+    SCOPED_TRACE(fmt::format("chunk {}, fresh rows {}", chunk, fresh));
     CudaKernelPolicy p = before;
     p.mla_min_chunk = chunk;
+    p.mla_fresh_rows = fresh;
     cuda_set_kernel_policy(*gpu, p);
     const auto got = run(*gpu);
     EXPECT_EQ(got.tokens, ref.tokens);
@@ -213,6 +217,7 @@ void expect_policy(const CudaKernelPolicy& got, const CudaKernelPolicy& want) {
   EXPECT_EQ(got.linear_norm_prepass, want.linear_norm_prepass);
   EXPECT_EQ(got.linear_split_target, want.linear_split_target);
   EXPECT_EQ(got.mla_min_chunk, want.mla_min_chunk);
+  EXPECT_EQ(got.mla_fresh_rows, want.mla_fresh_rows);
 }
 
 // The kernel choices a benchmark may set: the defaults are the measured ones, bad values are input
@@ -221,7 +226,7 @@ TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
   auto model = Model::load(test::oracle_dir("deepseekv3_f32"));
   auto e = make_cuda_engine(*model, {}, {});
   const CudaKernelPolicy before = cuda_kernel_policy();
-  expect_policy(before, {4, false, 2, 0, false, 2, 16});
+  expect_policy(before, {4, false, 2, 0, false, 2, 16, true});
   using Set = void (*)(CudaKernelPolicy&, int);
   const std::vector<std::pair<Set, std::vector<int>>> bad = {
       {[](CudaKernelPolicy& p, int v) { p.expert_max_rows = v; }, {0, 3, 16}},
@@ -236,7 +241,7 @@ TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
       EXPECT_THROW(cuda_set_kernel_policy(*e, p), InputError) << v;
       expect_policy(cuda_kernel_policy(), before);
     }
-  const CudaKernelPolicy other{8, true, 0, 4, true, 3, 7};
+  const CudaKernelPolicy other{8, true, 0, 4, true, 3, 7, false};
   cuda_set_kernel_policy(*e, other);
   expect_policy(cuda_kernel_policy(), other);
   cuda_set_kernel_policy(*e, before);

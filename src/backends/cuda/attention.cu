@@ -163,7 +163,8 @@ __device__ __forceinline__ float mla_rope_q(const float* src, int rc, int pos, c
 template <int NI>  // column pairs per lane: (kv_lora + rope) / 2 ≤ 32 · NI
 __global__ void __launch_bounds__(kMlaThreads)
     attention_mla_kernel(MlaArgs a, RowInfo rows, const float* q_lat, const float* q, int64_t q_stride,
-                         RopeTables rope, float scale, float* o_lat, MlaScratch sc, int splits, int min_chunk) {
+                         RopeTables rope, float scale, float* o_lat, MlaScratch sc, int splits, int min_chunk,
+                         bool fresh) {
   pdl_wait();
   pdl_launch_dependents();
   extern __shared__ float sm[];  // [kMlaWarps][kMlaHeads][L] warp sums | [kMlaWarps][kMlaHeads] max | sum
@@ -201,12 +202,42 @@ __global__ void __launch_bounds__(kMlaThreads)
     }
   }
 
-  const float2* cache = reinterpret_cast<const float2*>(a.cache) + int64_t(rows.seq[r]) * rows.ctx * W2;
+  float2* cache = reinterpret_cast<float2*>(a.cache) + int64_t(rows.seq[r]) * rows.ctx * W2;
+  // fresh: the row's own position is not in the cache yet. The warp that takes it builds it from the
+  // projection's output (a.fused) as mla_prep does — the latent's RMSNorm (sum of squares in f64),
+  // the rotated key — into shared memory, where its loop reads it; group 0's block also stores it in
+  // the cache for the steps after this one.
+  __shared__ float2 fresh_sm[kMlaMaxWidth / 2];
+  const bool own = fresh && te == T && warp == (pos - tb) % kMlaWarps;
+  if (own) {
+    const float* src = a.fused + int64_t(r) * a.stride + a.q_width;
+    double ss = 0.0;
+    for (int c = 2 * lane; c < L; c += 2 * kWarp) {
+      const float2 v = *reinterpret_cast<const float2*>(src + c);
+      ss += double(v.x) * v.x + double(v.y) * v.y;
+    }
+    ss = warp_sum(ss);
+    const float sc = float(1.0 / sqrt(ss / double(L) + double(a.eps)));
+    for (int j = lane; j < W2; j += kWarp) {
+      const int c = 2 * j;
+      float2 v;
+      if (c < L) {
+        const float2 x = *reinterpret_cast<const float2*>(src + c), g = *reinterpret_cast<const float2*>(a.kv_a_norm + c);
+        v = make_float2(x.x * sc * g.x, x.y * sc * g.y);
+      } else {
+        v = make_float2(mla_rope_q(src + L, c - L, pos, rope), mla_rope_q(src + L, c - L + 1, pos, rope));
+      }
+      fresh_sm[j] = v;
+      if (grp == 0) cache[int64_t(pos) * W2 + j] = v;
+    }
+    __syncwarp();
+  }
   auto load_row = [&](int t, float2(&dst)[NI]) {
+    const float2* src = own && t == pos ? fresh_sm : cache + int64_t(t) * W2;
 #pragma unroll
     for (int i = 0; i < NI; ++i) {
       const int j = lane + kWarp * i;
-      dst[i] = j < W2 ? cache[int64_t(t) * W2 + j] : make_float2(0.0f, 0.0f);
+      dst[i] = j < W2 ? src[j] : make_float2(0.0f, 0.0f);
     }
   };
   float m[HG], l[HG];
@@ -362,6 +393,7 @@ __global__ void __launch_bounds__(kMlaThreads)
 }
 
 std::atomic<int> g_mla_min_chunk{16};
+std::atomic<bool> g_mla_fresh{true};
 
 template <class K>
 void allow_smem(K kernel, size_t bytes) {
@@ -378,6 +410,10 @@ void set_mla_min_chunk(int positions) {
   g_mla_min_chunk = positions;
 }
 int mla_min_chunk() { return g_mla_min_chunk.load(); }
+
+bool mla_fresh_applies(const MlaArgs& a) { return a.stride % 2 == 0 && a.q_width % 2 == 0; }
+void set_mla_fresh(bool on) { g_mla_fresh = on; }
+bool mla_fresh() { return g_mla_fresh.load(); }
 
 void launch_gqa_prep(const GqaPrepArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream) {
   if (rows.n == 0) return;
@@ -409,10 +445,11 @@ MlaScratchSize mla_scratch_size(int n_sm, int kv_lora) {
 }
 
 void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_lat, const float* q, int64_t q_stride,
-                          const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc,
+                          const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc, bool fresh,
                           cudaStream_t stream) {
   if (rows.n == 0) return;
   TANDEM_CUDA_REQUIRE(a.rope % 2 == 0 && a.rope == rope.dim && a.kv_lora % 2 == 0, "MLA widths must be even");
+  TANDEM_CUDA_REQUIRE(!fresh || mla_fresh_applies(a), "MLA fresh rows: the projection's stride and q width must be even");
   TANDEM_CUDA_REQUIRE(a.kv_lora + a.rope <= kMlaMaxWidth, "kv_lora_rank + qk_rope_head_dim above 576");
   const int groups = (a.n_head + kMlaHeads - 1) / kMlaHeads;
   const int pairs = rows.n * groups;
@@ -425,7 +462,7 @@ void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_
   const dim3 grid(rows.n, groups, splits);
   auto go = [&](auto kernel) {
     launch_kernel(kernel, grid, kMlaThreads, smem, stream, a, rows, q_lat, q, q_stride, rope, scale, o_lat, sc, splits,
-                  g_mla_min_chunk.load());
+                  g_mla_min_chunk.load(), fresh);
   };
   const int w2 = (a.kv_lora + a.rope) / 2;
   if (w2 <= kWarp) go(attention_mla_kernel<1>);

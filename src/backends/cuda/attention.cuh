@@ -83,9 +83,19 @@ struct MlaScratch {
 // o_lat: [n, n_head, kv_lora] = Σ_t softmax((q_lat·c_t + rot(q_rope)·k_t) · scale) c_t over t ≤ pos.
 // q_lat: [n, n_head, kv_lora] (q_nope absorbed through W_uk); q: the query rows [n, n_head · (nope +
 // rope)], q_stride apart, whose rope parts are rotated here at each row's position.
+// fresh: each row's own position is taken from a.fused (its latent normalised, its key rotated, as
+// launch_mla_prep does) and written to the cache here, so the step needs no mla_prep launch for the
+// cache (q_a's norm then belongs to q_b's projection). Only for steps whose rows are each the only
+// row of their sequence (decode: no row reads another row's new position) and mla_fresh_applies(a).
 void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_lat, const float* q, int64_t q_stride,
-                          const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc,
+                          const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc, bool fresh,
                           cudaStream_t stream);
+bool mla_fresh_applies(const MlaArgs& a);  // float2 loads of the latent: stride and q_width even
+
+// Whether decode steps take the fresh path above (process-wide, read at each launch: a benchmark
+// knob; default on). Off: mla_prep normalises q_a in place and writes the cache, as prefill does.
+void set_mla_fresh(bool on);
+bool mla_fresh();
 
 // The fewest positions a split block of MLA attention takes (process-wide, read at each launch: a
 // captured graph keeps what it was captured with; a tuning knob for benchmarks). Fewer positions a

@@ -45,10 +45,10 @@ class CudaEngine final : public Engine {
  private:
   void ensure_rows(int n);
   void sync();  // waits for the stream as CudaOptions::host_wait says
-  void enqueue_step(int n, int nw, bool hooked, bool checking);
+  void enqueue_step(int n, int nw, bool single, bool hooked, bool checking);
   // fuse_norm: the first projection applies the layer's RMSNorm itself (no rms_norm launch before).
   void attention_gqa(int64_t l, const RowInfo& rows, bool fuse_norm);
-  void attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm);
+  void attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, bool single);
   void moe(int64_t l, int n, bool hooked, bool checking, bool fuse_norm);
   void dense_mlp(int64_t l, int n);
   template <class T>
@@ -399,7 +399,7 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
     // Second step of this size: capture it (the first ran eagerly, loading modules and attributes).
     cudaGraph_t graph = nullptr;
     TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    enqueue_step(int(n), nw, false, false);
+    enqueue_step(int(n), nw, true, false, false);
     TANDEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
     TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -408,7 +408,7 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
     TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
   } else {
     if (decode) ++seen_[int(n)];
-    enqueue_step(int(n), nw, hooked, checking);
+    enqueue_step(int(n), nw, n == int64_t(items.size()), hooked, checking);
   }
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(h_logits_, logits_d_, size_t(nw) * V_ * 4, cudaMemcpyDeviceToHost, stream_));
   if (peer_) peer_->enqueue_error_readback(stream_);
@@ -419,7 +419,8 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
   return logits_;
 }
 
-void CudaEngine::enqueue_step(int n, int nw, bool hooked, bool checking) {
+// single: every row is its sequence's only row in the step (decode).
+void CudaEngine::enqueue_step(int n, int nw, bool single, bool hooked, bool checking) {
   const RowInfo rows{d_meta_ + 2 * R_, d_meta_ + R_, n, ctx_};
   launch_embedding(w_->embed.p, w_->embed.wt, H_, d_meta_, n, x_, stream_);
   const float eps = c_.rms_norm_eps;
@@ -429,7 +430,7 @@ void CudaEngine::enqueue_step(int n, int nw, bool hooked, bool checking) {
     const DLayer& L = w_->layers[size_t(l)];
     if (!fuse) launch_rms_norm(x_, H_, nullptr, n, H_, L.attn_norm, eps, h_, H_, stream_);
     if (c_.mla)
-      attention_mla(l, rows, fuse);
+      attention_mla(l, rows, fuse, single);
     else
       attention_gqa(l, rows, fuse);
     LinearArgs o;
@@ -474,7 +475,7 @@ void CudaEngine::attention_gqa(int64_t l, const RowInfo& rows, bool fuse_norm) {
   launch_attention_gqa(a, rows, scale_, att_, stream_);
 }
 
-void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm) {
+void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, bool single) {
   const DLayer& L = w_->layers[size_t(l)];
   const int nh = int(c_.n_head), nope = int(c_.qk_nope_head_dim), rope = int(c_.qk_rope_head_dim);
   const int vd = int(c_.v_head_dim), lora = int(c_.kv_lora_rank), qk = nope + rope;
@@ -491,12 +492,16 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm) {
   a.q_a_norm = L.q_a_norm, a.kv_a_norm = L.kv_a_norm, a.eps = c_.rms_norm_eps;
   a.n_head = nh, a.nope = nope, a.rope = rope, a.v_dim = vd, a.kv_lora = lora;
   a.cache = k_cache_[size_t(l)];
-  launch_mla_prep(a, rows, rope_, stream_);
+  // Small decode steps skip mla_prep: q_b normalises q_a itself, attention builds each row's new cache
+  // entry (attention.cuh, `fresh`).
+  const bool fresh = single && fuse_norm && mla_fresh() && mla_fresh_applies(a);
+  if (!fresh) launch_mla_prep(a, rows, rope_, stream_);
   const float* q = in_;
   int64_t q_stride = in_width_;
   if (a.q_lora) {
     LinearArgs qb;
     qb.x = in_, qb.x_stride = in_width_, qb.n = rows.n;
+    if (fresh) qb.norm_w = L.q_a_norm, qb.norm_eps = c_.rms_norm_eps;
     qb.w = L.q_b.p, qb.wt = L.q_b.wt, qb.M = nh * qk, qb.K = a.q_width, qb.w_ld = a.q_width;
     qb.y = q_, qb.y_stride = nh * qk;
     launch_linear(qb, stream_);
@@ -510,7 +515,7 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm) {
   uk.y = q_lat_, uk.y_stride = int64_t(nh) * lora;
   uk.batch = nh, uk.x_bstride = qk, uk.w_bstride = int64_t(lora) * nope, uk.y_bstride = lora;
   launch_linear(uk, stream_);
-  launch_attention_mla(a, rows, q_lat_, q, q_stride, rope_, scale_, o_lat_, mla_scratch_, stream_);
+  launch_attention_mla(a, rows, q_lat_, q, q_stride, rope_, scale_, o_lat_, mla_scratch_, fresh, stream_);
   // att[:, head, :] = W_uv[head] · o_lat[:, head, :], one batched launch over heads.
   LinearArgs up;
   up.x = o_lat_, up.x_stride = int64_t(nh) * lora, up.n = rows.n;
@@ -634,7 +639,8 @@ void cuda_drop_graphs(Engine& engine) {
 CudaKernelPolicy cuda_kernel_policy() {
   const ExpertRowsPolicy e = expert_rows_policy();
   const LinearPolicy l = linear_policy();
-  return {e.max_rows, e.by_count, l.mma_min_rows, l.row_split, l.norm_prepass, l.split_target, mla_min_chunk()};
+  return {e.max_rows, e.by_count, l.mma_min_rows, l.row_split, l.norm_prepass, l.split_target, mla_min_chunk(),
+          mla_fresh()};
 }
 
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
@@ -653,6 +659,7 @@ void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
   set_expert_rows_policy({rows, p.expert_by_count});
   set_linear_policy({p.linear_mma_min_rows, split, p.linear_norm_prepass, p.linear_split_target});
   set_mla_min_chunk(p.mla_min_chunk);
+  set_mla_fresh(p.mla_fresh_rows);
 }
 
 std::optional<int> parse_cuda_device(std::string_view device) {

@@ -89,8 +89,10 @@ void cuda_drop_graphs(Engine& engine);
 // kernel's), the CUDA-core projection's warps per feature at one row (linear_row_split: 1, 2, 4, or
 // 0 by the grid) and where its fused RMSNorm takes the scale from (linear_norm_prepass: a pass of
 // its own, else the dot's pass; f32 rounding apart) and the blocks per multiprocessor its choice by
-// the grid aims for (linear_split_target), and the fewest positions a split block of MLA attention
-// takes (mla_min_chunk, attention.cuh; f32 rounding apart).
+// the grid aims for (linear_split_target), the fewest positions a split block of MLA attention
+// takes (mla_min_chunk, attention.cuh; f32 rounding apart), and whether small MLA decode steps build
+// each row's new cache entry inside attention instead of in an mla_prep launch (mla_fresh_rows;
+// f32 rounding apart).
 // cuda_set_kernel_policy checks the values and drops the engine's graphs.
 struct CudaKernelPolicy {
   int expert_max_rows = 0;
@@ -100,6 +102,7 @@ struct CudaKernelPolicy {
   bool linear_norm_prepass = false;
   int linear_split_target = 2;
   int mla_min_chunk = 16;
+  bool mla_fresh_rows = true;
 };
 CudaKernelPolicy cuda_kernel_policy();
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p);

@@ -282,10 +282,16 @@ std::atomic<int> g_row_split{LinearPolicy{}.row_split};
 std::atomic<bool> g_norm_prepass{LinearPolicy{}.norm_prepass};
 std::atomic<int> g_split_target{LinearPolicy{}.split_target};
 
+// Multiprocessors of the current device, asked once per device.
 int sm_count() {
-  int dev = 0, n = 0;
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};
+  int dev = 0;
   TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < kDevices && known[dev].load(std::memory_order_relaxed) > 0) return known[dev].load();
+  int n = 0;
   TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  if (dev >= 0 && dev < kDevices) known[dev] = n;
   return n;
 }
 

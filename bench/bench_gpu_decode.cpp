@@ -10,7 +10,8 @@
 // bracketed off, on, off on the same engine for every batch size (graphs recaptured at each switch; the
 // on row's "vs off" is the mean of the two off runs over it). --variants V1,V2,...: instead, the timed
 // runs of each batch size go through these configurations in turn on one engine (Variant below:
-// PDL, the expert kernels' rows per pass, the tensor-core projections, a kernel launched twice), each
+// PDL, the expert kernels' rows per pass, the tensor-core projections, the one-row projection and
+// MLA choices, a kernel launched twice), each
 // row against the mean of the first variant's runs ("base,x2:attention,base": attention's share of
 // the step). --breakdown N: instead of timing steps, runs N eager steps (no graphs, no PDL) under a
 // KernelProfile and prints each kernel's GPU time per

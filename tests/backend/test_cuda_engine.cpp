@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_engine.h"
+#include "backends/cuda/mla_decode.cuh"
 #include "backends/cuda/moe.cuh"
 #include "engine/generate.h"
 #include "engine/verify.h"
@@ -130,47 +131,78 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOracle,
 // fixtures' contexts are a few tokens and their kv_lora is 32.
 class CudaLongMla : public ::testing::TestWithParam<int> {};
 
-TEST_P(CudaLongMla, MatchesCpuEngine) {
+// A two-layer MLA model at the benchmark's widths with n_head heads, written to dir.
+std::unique_ptr<Model> long_mla_model(int n_head, const std::string& dir) {
   nlohmann::json cfg = synth_preset_config("tiny");
-  cfg.update({{"hidden_size", 256}, {"num_hidden_layers", 2}, {"num_attention_heads", GetParam()},
-              {"num_key_value_heads", GetParam()}, {"q_lora_rank", 96}, {"kv_lora_rank", 512},
+  cfg.update({{"hidden_size", 256}, {"num_hidden_layers", 2}, {"num_attention_heads", n_head},
+              {"num_key_value_heads", n_head}, {"q_lora_rank", 96}, {"kv_lora_rank", 512},
               {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128}});
-  test::TempDir tmp;
   SynthOptions so;
   so.seed = 5;
-  write_synthetic_model(cfg, tmp.path, so);
-  auto model = Model::load(tmp.path);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 520; ++i) prompt.push_back(int32_t((i * 37 + 11) % 512));
-  auto run = [&](Engine& e) {
-    GenerateRequest r;
-    r.prompt = prompt;
-    r.max_tokens = 6;
-    GenerateOptions o;
-    o.keep_logits = true;
-    o.prefill_chunk = 64;
-    std::vector<GenerateRequest> reqs{r};
-    return generate(e, reqs, o).at(0);
-  };
+  write_synthetic_model(cfg, dir, so);
+  return Model::load(dir);
+}
+
+// A prompt of prompt_len tokens prefilled in chunks of 64, then `tokens` greedy decode steps.
+GenerateResult run_long_mla(Engine& e, int prompt_len, int64_t tokens) {
+  GenerateRequest r;
+  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(int32_t((i * 37 + 11) % 512));
+  r.max_tokens = tokens;
+  GenerateOptions o;
+  o.keep_logits = true;
+  o.prefill_chunk = 64;
+  std::vector<GenerateRequest> reqs{r};
+  return generate(e, reqs, o).at(0);
+}
+
+TEST_P(CudaLongMla, MatchesCpuEngine) {
+  test::TempDir tmp;
+  auto model = long_mla_model(GetParam(), tmp.path);
   CpuEngine cpu(*model);
   auto gpu = make_cuda_engine(*model, {}, {});
-  const auto ref = run(cpu);
-  // Split blocks of at least 16 positions (the default), 5 and 1: other chunk sizes, split counts and
-  // a last split shorter than the others; decode steps with each row's new cache entry built inside
-  // attention (the default) and by mla_prep.
+  const auto ref = run_long_mla(cpu, 520, 6);
+  // Decode steps fused into one cluster launch (the default at one row), then unfused: split blocks of
+  // at least 16 positions (the default), 5 and 1 (other chunk sizes, split counts and a last split
+  // shorter than the others), each row's new cache entry built inside attention (the default) and by
+  // mla_prep.
   const CudaKernelPolicy before = cuda_kernel_policy();
-  for (const auto& [chunk, fresh] : {std::pair{16, true}, {5, true}, {1, true}, {16, false}, {5, false}, {1, false}}) {
-    SCOPED_TRACE(fmt::format("chunk {}, fresh rows {}", chunk, fresh));
+  struct Case {
+    int chunk;
+    bool fresh;
+    int fused;
+  };
+  for (const Case k : {Case{16, true, 1}, {16, true, 0}, {5, true, 0}, {1, true, 0}, {16, false, 0}, {5, false, 0},
+                       {1, false, 0}}) {
+    SCOPED_TRACE(fmt::format("chunk {}, fresh rows {}, fused rows {}", k.chunk, k.fresh, k.fused));
     CudaKernelPolicy p = before;
-    p.mla_min_chunk = chunk;
-    p.mla_fresh_rows = fresh;
+    p.mla_min_chunk = k.chunk;
+    p.mla_fresh_rows = k.fresh;
+    p.mla_fused_rows = k.fused;
     cuda_set_kernel_policy(*gpu, p);
-    const auto got = run(*gpu);
+    const auto got = run_long_mla(*gpu, 520, 6);
     EXPECT_EQ(got.tokens, ref.tokens);
     ASSERT_EQ(got.logits.size(), ref.logits.size());
     EXPECT_LT(max_rel_err(got.logits.data(), ref.logits.data(), int64_t(ref.logits.size())), 1e-4);
   }
   cuda_set_kernel_policy(*gpu, before);
+}
+
+// Decode across kMlaFusedMaxPos: the fused launch below it, the unfused kernels from it on, each in
+// its own captured graph (the engine keys its graphs by the bound); the same tokens and logits as the
+// CPU engine, and again when the graphs are replayed.
+TEST(CudaFusedMla, DecodeAcrossTheLongContextBound) {
+  test::TempDir tmp;
+  auto model = long_mla_model(16, tmp.path);
+  CpuEngine cpu(*model);
+  auto gpu = make_cuda_engine(*model, {}, {});
+  const int prompt = cuda::kMlaFusedMaxPos - 5;
+  const auto ref = run_long_mla(cpu, prompt, 10);
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto got = run_long_mla(*gpu, prompt, 10);
+    EXPECT_EQ(got.tokens, ref.tokens) << "pass " << pass;
+    ASSERT_EQ(got.logits.size(), ref.logits.size());
+    EXPECT_LT(max_rel_err(got.logits.data(), ref.logits.data(), int64_t(ref.logits.size())), 1e-4) << "pass " << pass;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, CudaLongMla, ::testing::Values(16, 18, 24));  // 18: a group of two heads
@@ -218,6 +250,7 @@ void expect_policy(const CudaKernelPolicy& got, const CudaKernelPolicy& want) {
   EXPECT_EQ(got.linear_split_target, want.linear_split_target);
   EXPECT_EQ(got.mla_min_chunk, want.mla_min_chunk);
   EXPECT_EQ(got.mla_fresh_rows, want.mla_fresh_rows);
+  EXPECT_EQ(got.mla_fused_rows, want.mla_fused_rows);
 }
 
 // The kernel choices a benchmark may set: the defaults are the measured ones, bad values are input
@@ -226,14 +259,15 @@ TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
   auto model = Model::load(test::oracle_dir("deepseekv3_f32"));
   auto e = make_cuda_engine(*model, {}, {});
   const CudaKernelPolicy before = cuda_kernel_policy();
-  expect_policy(before, {4, false, 2, 0, false, 2, 16, true});
+  expect_policy(before, {4, false, 2, 0, false, 2, 16, true, 1});
   using Set = void (*)(CudaKernelPolicy&, int);
   const std::vector<std::pair<Set, std::vector<int>>> bad = {
       {[](CudaKernelPolicy& p, int v) { p.expert_max_rows = v; }, {0, 3, 16}},
       {[](CudaKernelPolicy& p, int v) { p.linear_mma_min_rows = v; }, {-1}},
       {[](CudaKernelPolicy& p, int v) { p.linear_row_split = v; }, {-1, 3, 8}},
       {[](CudaKernelPolicy& p, int v) { p.linear_split_target = v; }, {0, 65}},
-      {[](CudaKernelPolicy& p, int v) { p.mla_min_chunk = v; }, {0, 1025}}};
+      {[](CudaKernelPolicy& p, int v) { p.mla_min_chunk = v; }, {0, 1025}},
+      {[](CudaKernelPolicy& p, int v) { p.mla_fused_rows = v; }, {-1, 9}}};
   for (const auto& [set, values] : bad)
     for (int v : values) {
       CudaKernelPolicy p = before;
@@ -241,7 +275,7 @@ TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
       EXPECT_THROW(cuda_set_kernel_policy(*e, p), InputError) << v;
       expect_policy(cuda_kernel_policy(), before);
     }
-  const CudaKernelPolicy other{8, true, 0, 4, true, 3, 7, false};
+  const CudaKernelPolicy other{8, true, 0, 4, true, 3, 7, false, 4};
   cuda_set_kernel_policy(*e, other);
   expect_policy(cuda_kernel_policy(), other);
   cuda_set_kernel_policy(*e, before);

@@ -8,6 +8,7 @@
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/mla_device.cuh"
 
 namespace tandem::cuda {
 
@@ -149,16 +150,6 @@ __global__ void mla_prep_kernel(MlaArgs a, RowInfo rows, RopeTables rope) {
 // on which block was last).
 constexpr int kMlaWarps = kMlaHeads;  // warp h combines head h
 constexpr int kMlaThreads = kMlaWarps * kWarp;
-
-// Rotated q_rope column rc (0 ≤ rc < rope) of one head's query src (its rope part) at position pos,
-// in the cache's de-interleaved layout: first halves then second halves of the rotated pairs.
-__device__ __forceinline__ float mla_rope_q(const float* src, int rc, int pos, const RopeTables& rope) {
-  const int half = rope.dim / 2, j = rc < half ? rc : rc - half;
-  const float x0 = rope.interleaved ? src[2 * j] : src[j];
-  const float x1 = rope.interleaved ? src[2 * j + 1] : src[half + j];
-  const float c = rope.cos[int64_t(pos) * half + j], s = rope.sin[int64_t(pos) * half + j];
-  return rc < half ? x0 * c - x1 * s : x1 * c + x0 * s;
-}
 
 template <int NI>  // column pairs per lane: (kv_lora + rope) / 2 ≤ 32 · NI
 __global__ void __launch_bounds__(kMlaThreads)

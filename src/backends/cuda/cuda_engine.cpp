@@ -16,6 +16,7 @@
 #include "backends/cuda/gpu_peer.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/linear.cuh"
+#include "backends/cuda/mla_decode.cuh"
 #include "backends/cuda/moe.cuh"
 #include "backends/cuda/norm.cuh"
 #include "engine/rope.h"
@@ -45,10 +46,12 @@ class CudaEngine final : public Engine {
  private:
   void ensure_rows(int n);
   void sync();  // waits for the stream as CudaOptions::host_wait says
-  void enqueue_step(int n, int nw, bool single, bool hooked, bool checking);
+  // long_ctx: a row's position reaches kMlaFusedMaxPos (MLA decode then takes the unfused kernels).
+  void enqueue_step(int n, int nw, bool single, bool long_ctx, bool hooked, bool checking);
   // fuse_norm: the first projection applies the layer's RMSNorm itself (no rms_norm launch before).
   void attention_gqa(int64_t l, const RowInfo& rows, bool fuse_norm);
-  void attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, bool single);
+  // fused: a decode step that may take launch_mla_decode (mla_decode.cuh) instead of four launches.
+  void attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, bool single, bool fused);
   void moe(int64_t l, int n, bool hooked, bool checking, bool fuse_norm);
   void dense_mlp(int64_t l, int n);
   template <class T>
@@ -88,8 +91,9 @@ class CudaEngine final : public Engine {
   MlaScratch mla_scratch_;  // split MLA attention's partials (allocated once: sized by the device)
   int max_active_ = 0;
 
-  std::map<int, int> seen_;                   // decode steps run per batch size (capture on the second)
-  std::map<int, cudaGraphExec_t> graphs_;     // per batch size
+  // Decode graphs per (batch size, long context): a step's key is 2 n + long_ctx.
+  std::map<int, int> seen_;                   // decode steps run per key (capture on the second)
+  std::map<int, cudaGraphExec_t> graphs_;     // per key
   std::vector<float> logits_;
 
   // Peer lane.
@@ -376,11 +380,13 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
   int32_t* pos = h_meta_ + 2 * R_;
   int32_t* want = h_meta_ + 3 * R_;
   int r = 0, nw = 0;
+  int32_t max_pos = 0;
   for (const auto& it : items) {
     for (size_t i = 0; i < it.tokens.size(); ++i, ++r) {
       tok[r] = it.tokens[i];
       seq[r] = it.seq;
       pos[r] = int32_t(len_[size_t(it.seq)] + int64_t(i));
+      max_pos = std::max(max_pos, pos[r]);
       if (all_logits) want[nw++] = r;
     }
     if (!all_logits) want[nw++] = r - 1;
@@ -393,22 +399,24 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
     routed_slots_ += uint64_t(n) * uint64_t(c_.n_expert_used) * uint64_t(c_.n_moe_layers());
   }
   const bool decode = cuda_.graphs && !hooked && !checking && !all_logits && n == int64_t(items.size());
-  if (decode && graphs_.count(int(n))) {
-    TANDEM_CUDA_CHECK(cudaGraphLaunch(graphs_[int(n)], stream_));
-  } else if (decode && seen_[int(n)] > 0) {
+  const bool long_ctx = c_.mla && max_pos >= kMlaFusedMaxPos;
+  const int key = 2 * int(n) + (long_ctx ? 1 : 0);
+  if (decode && graphs_.count(key)) {
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(graphs_[key], stream_));
+  } else if (decode && seen_[key] > 0) {
     // Second step of this size: capture it (the first ran eagerly, loading modules and attributes).
     cudaGraph_t graph = nullptr;
     TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    enqueue_step(int(n), nw, true, false, false);
+    enqueue_step(int(n), nw, true, long_ctx, false, false);
     TANDEM_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
     TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
-    graphs_[int(n)] = exec;
+    graphs_[key] = exec;
     TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
   } else {
-    if (decode) ++seen_[int(n)];
-    enqueue_step(int(n), nw, n == int64_t(items.size()), hooked, checking);
+    if (decode) ++seen_[key];
+    enqueue_step(int(n), nw, n == int64_t(items.size()), long_ctx, hooked, checking);
   }
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(h_logits_, logits_d_, size_t(nw) * V_ * 4, cudaMemcpyDeviceToHost, stream_));
   if (peer_) peer_->enqueue_error_readback(stream_);
@@ -420,17 +428,18 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
 }
 
 // single: every row is its sequence's only row in the step (decode).
-void CudaEngine::enqueue_step(int n, int nw, bool single, bool hooked, bool checking) {
+void CudaEngine::enqueue_step(int n, int nw, bool single, bool long_ctx, bool hooked, bool checking) {
   const RowInfo rows{d_meta_ + 2 * R_, d_meta_ + R_, n, ctx_};
   launch_embedding(w_->embed.p, w_->embed.wt, H_, d_meta_, n, x_, stream_);
   const float eps = c_.rms_norm_eps;
   // Small steps fold each RMSNorm into the projection that reads its output (one launch fewer each).
   const bool fuse = n <= kLinearNormRows;
+  const bool mla_fused = single && !long_ctx && n <= mla_fused_rows();
   for (int64_t l = 0; l < c_.n_layer; ++l) {
     const DLayer& L = w_->layers[size_t(l)];
     if (!fuse) launch_rms_norm(x_, H_, nullptr, n, H_, L.attn_norm, eps, h_, H_, stream_);
     if (c_.mla)
-      attention_mla(l, rows, fuse, single);
+      attention_mla(l, rows, fuse, single, mla_fused);
     else
       attention_gqa(l, rows, fuse);
     LinearArgs o;
@@ -475,7 +484,7 @@ void CudaEngine::attention_gqa(int64_t l, const RowInfo& rows, bool fuse_norm) {
   launch_attention_gqa(a, rows, scale_, att_, stream_);
 }
 
-void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, bool single) {
+void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, bool single, bool fused) {
   const DLayer& L = w_->layers[size_t(l)];
   const int nh = int(c_.n_head), nope = int(c_.qk_nope_head_dim), rope = int(c_.qk_rope_head_dim);
   const int vd = int(c_.v_head_dim), lora = int(c_.kv_lora_rank), qk = nope + rope;
@@ -484,7 +493,6 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
   if (fuse_norm) in.x = x_, in.norm_w = L.attn_norm, in.norm_eps = c_.rms_norm_eps;
   in.w = L.in_proj.p, in.wt = L.in_proj.wt, in.M = in_width_, in.K = H_, in.w_ld = H_;
   in.y = in_, in.y_stride = in_width_;
-  launch_linear(in, stream_);
   MlaArgs a;
   a.fused = in_, a.stride = in_width_;
   a.q_lora = c_.q_lora_rank > 0;
@@ -495,6 +503,16 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
   // Small decode steps skip mla_prep: q_b normalises q_a itself, attention builds each row's new cache
   // entry (attention.cuh, `fresh`).
   const bool fresh = single && fuse_norm && mla_fresh() && mla_fresh_applies(a);
+  if (fresh && fused && L.uk_t.wt == L.q_b.wt && L.kv_b.wt == L.q_b.wt && mla_decode_applies(a, L.q_b.wt)) {
+    launch_linear(in, stream_);
+    MlaDecodeArgs d;
+    d.a = a;
+    d.q_b = L.q_b.p, d.uk_t = L.uk_t.p, d.kv_b = L.kv_b.p, d.wt = L.q_b.wt;
+    d.out = att_, d.out_stride = att_width_;
+    launch_mla_decode(d, rows, rope_, scale_, stream_);
+    return;
+  }
+  launch_linear(in, stream_);
   if (!fresh) launch_mla_prep(a, rows, rope_, stream_);
   const float* q = in_;
   int64_t q_stride = in_width_;
@@ -639,8 +657,8 @@ void cuda_drop_graphs(Engine& engine) {
 CudaKernelPolicy cuda_kernel_policy() {
   const ExpertRowsPolicy e = expert_rows_policy();
   const LinearPolicy l = linear_policy();
-  return {e.max_rows, e.by_count, l.mma_min_rows, l.row_split, l.norm_prepass, l.split_target, mla_min_chunk(),
-          mla_fresh()};
+  return {e.max_rows,   e.by_count,      l.mma_min_rows, l.row_split, l.norm_prepass,
+          l.split_target, mla_min_chunk(), mla_fresh(),    mla_fused_rows()};
 }
 
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
@@ -655,11 +673,14 @@ void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
     fail("projection blocks per multiprocessor: {} is not 1 to 64", p.linear_split_target);
   if (p.mla_min_chunk < 1 || p.mla_min_chunk > 1024)
     fail("MLA split chunk: {} positions is not 1 to 1024", p.mla_min_chunk);
+  if (p.mla_fused_rows < 0 || p.mla_fused_rows > kLinearNormRows)
+    fail("fused MLA decode rows: {} is not 0 (never) to {}", p.mla_fused_rows, kLinearNormRows);
   cuda_drop_graphs(engine);
   set_expert_rows_policy({rows, p.expert_by_count});
   set_linear_policy({p.linear_mma_min_rows, split, p.linear_norm_prepass, p.linear_split_target});
   set_mla_min_chunk(p.mla_min_chunk);
   set_mla_fresh(p.mla_fresh_rows);
+  set_mla_fused_rows(p.mla_fused_rows);
 }
 
 std::optional<int> parse_cuda_device(std::string_view device) {

@@ -92,7 +92,9 @@ void cuda_drop_graphs(Engine& engine);
 // the grid aims for (linear_split_target), the fewest positions a split block of MLA attention
 // takes (mla_min_chunk, attention.cuh; f32 rounding apart), and whether small MLA decode steps build
 // each row's new cache entry inside attention instead of in an mla_prep launch (mla_fresh_rows;
-// f32 rounding apart).
+// f32 rounding apart), and the MLA decode steps of at most mla_fused_rows rows (0: none) that run
+// q_b, the absorption, attention and the expansion as one cluster launch (mla_decode.cuh; f32
+// rounding apart).
 // cuda_set_kernel_policy checks the values and drops the engine's graphs.
 struct CudaKernelPolicy {
   int expert_max_rows = 0;
@@ -103,6 +105,7 @@ struct CudaKernelPolicy {
   int linear_split_target = 2;
   int mla_min_chunk = 16;
   bool mla_fresh_rows = true;
+  int mla_fused_rows = 1;
 };
 CudaKernelPolicy cuda_kernel_policy();
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p);

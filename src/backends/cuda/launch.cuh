@@ -42,20 +42,31 @@ void launch_delay(long long cycles, cudaStream_t stream);
 // less its time with it once, is the kernel's share of the step's critical path).
 int launch_times(const void* kernel, dim3 grid);
 
-// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
-// pdl_enabled(). The kernel must begin with pdl_wait(). Checked like every launch.
+// kernel<<<grid, block, smem, stream>>>(args...) in clusters of cluster_x blocks along x (1: none;
+// sm_90, grid.x a multiple of it), with programmatic stream serialization when pdl_enabled(). The
+// kernel must begin with pdl_wait(). Checked like every launch.
 template <class... P, class... A>
-void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+void launch_kernel_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
+                           cudaStream_t stream, A&&... args) {
+  cudaLaunchAttribute attr[2] = {};
+  unsigned n_attr = 0;
+  if (pdl_enabled()) {
+    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n_attr++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = cluster_x;
+    attr[n_attr].val.clusterDim.y = 1;
+    attr[n_attr++].val.clusterDim.z = 1;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = n_attr;
   LaunchTrace* trace = launch_trace();
   const int times = launch_times(reinterpret_cast<const void*>(kernel), grid);
   for (int i = 0; i < times; ++i) {
@@ -64,6 +75,13 @@ void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
     TANDEM_CUDA_LAUNCH_CHECK();
     if (trace) trace_after(trace, stream);
   }
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when
+// pdl_enabled(). The kernel must begin with pdl_wait(). Checked like every launch.
+template <class... P, class... A>
+void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
+  launch_kernel_cluster(kernel, grid, block, smem, 1u, stream, std::forward<A>(args)...);
 }
 
 #ifdef __CUDACC__

@@ -404,7 +404,7 @@ const std::vector<float>& CudaEngine::forward(std::span<const Item> items, bool 
   if (decode && graphs_.count(key)) {
     TANDEM_CUDA_CHECK(cudaGraphLaunch(graphs_[key], stream_));
   } else if (decode && seen_[key] > 0) {
-    // Second step of this size: capture it (the first ran eagerly, loading modules and attributes).
+    // Second step of this key: capture it (the first ran eagerly, loading modules and attributes).
     cudaGraph_t graph = nullptr;
     TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     enqueue_step(int(n), nw, true, long_ctx, false, false);
@@ -493,6 +493,7 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
   if (fuse_norm) in.x = x_, in.norm_w = L.attn_norm, in.norm_eps = c_.rms_norm_eps;
   in.w = L.in_proj.p, in.wt = L.in_proj.wt, in.M = in_width_, in.K = H_, in.w_ld = H_;
   in.y = in_, in.y_stride = in_width_;
+  launch_linear(in, stream_);
   MlaArgs a;
   a.fused = in_, a.stride = in_width_;
   a.q_lora = c_.q_lora_rank > 0;
@@ -504,7 +505,6 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
   // entry (attention.cuh, `fresh`).
   const bool fresh = single && fuse_norm && mla_fresh() && mla_fresh_applies(a);
   if (fresh && fused && L.uk_t.wt == L.q_b.wt && L.kv_b.wt == L.q_b.wt && mla_decode_applies(a, L.q_b.wt)) {
-    launch_linear(in, stream_);
     MlaDecodeArgs d;
     d.a = a;
     d.q_b = L.q_b.p, d.uk_t = L.uk_t.p, d.kv_b = L.kv_b.p, d.wt = L.q_b.wt;
@@ -512,7 +512,6 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
     launch_mla_decode(d, rows, rope_, scale_, stream_);
     return;
   }
-  launch_linear(in, stream_);
   if (!fresh) launch_mla_prep(a, rows, rope_, stream_);
   const float* q = in_;
   int64_t q_stride = in_width_;

@@ -26,36 +26,29 @@ constexpr int vec_of() {
   return 16 / int(sizeof(T));
 }
 
-// Loads 16 bytes of weights at p (16-byte aligned) as vec_of<T>() floats.
+// 16 bytes of weights v (as loaded) widened to vec_of<T>() floats.
 template <class T>
-__device__ __forceinline__ void load_w16(const T* p, float* out);
+__device__ __forceinline__ void widen_w16(const uint4& v, float* out) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      out[i] = __uint_as_float(w[i]);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  }
+}
 
-template <>
-__device__ __forceinline__ void load_w16<float>(const float* p, float* out) {
-  float4 v = __ldg(reinterpret_cast<const float4*>(p));
-  out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
-}
-template <>
-__device__ __forceinline__ void load_w16<__nv_bfloat16>(const __nv_bfloat16* p, float* out) {
-  uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = __uint_as_float(w[i] << 16);
-    out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-template <>
-__device__ __forceinline__ void load_w16<__half>(const __half* p, float* out) {
-  uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2 h = *reinterpret_cast<const __half2*>(&w[i]);
-    float2 f = __half22float2(h);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
+// Loads 16 bytes of weights at p (16-byte aligned, read-only during the kernel) as vec_of<T>() floats.
+template <class T>
+__device__ __forceinline__ void load_w16(const T* p, float* out) {
+  widen_w16<T>(__ldg(reinterpret_cast<const uint4*>(p)), out);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

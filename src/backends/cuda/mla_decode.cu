@@ -5,7 +5,6 @@
 #include <cooperative_groups.h>
 
 #include <atomic>
-#include <type_traits>
 #include <utility>
 
 #include "backends/cuda/device_util.cuh"
@@ -91,26 +90,6 @@ __device__ __forceinline__ void bulk_wait(uint64_t* bar) {
       : "memory");
 }
 
-// 16 bytes of weights as vec_of<T>() floats, from shared memory.
-template <class T>
-__device__ __forceinline__ void widen16(const T* p, float* out) {
-  const uint4 v = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      out[i] = __uint_as_float(w[i]);
-    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      out[2 * i] = __uint_as_float(w[i] << 16);
-      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    } else {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
-    }
-  }
-}
-
 // y[j] = w[j, 0 .. K) · x for j < rows: w [rows, K] in T and x [K] floats, both in shared memory and
 // 16-byte aligned, K a multiple of vec_of<T>(). g lanes a row (a power of two ≤ 32: at least four
 // 16-byte chunks each where the row has them) take its chunks in turn; their sums meet by shuffles.
@@ -132,7 +111,7 @@ __device__ __noinline__ void smem_gemv(const T* w, int K, int rows, const float*
 #pragma unroll 2
     for (int ch = sub; ch < chunks; ch += g) {
       float wf[V];
-      widen16<T>(wr + ch * V, wf);
+      widen_w16<T>(*reinterpret_cast<const uint4*>(wr + ch * V), wf);
       const float4* xp = reinterpret_cast<const float4*>(x + ch * V);
 #pragma unroll
       for (int q = 0; q < V / 4; ++q) {

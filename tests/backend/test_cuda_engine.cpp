@@ -121,6 +121,56 @@ TEST_P(CudaOracle, RoutingHookSeesEveryMoeLayer) {
   }
 }
 
+// One-row steps without a peer route inside the expert gate_up blocks (moe.cuh,
+// launch_expert_gate_up_routed): the same bits as the separate routing launch, graphs replayed and
+// eager, and the routing its first block writes out (read by expert_down, the combine and the hooks) is
+// the CPU router's.
+TEST_P(CudaOracle, RoutingInTheExpertBlocksAgreesBitwise) {
+  auto model = Model::load(test::oracle_dir(GetParam()));
+  CudaOptions eager_opt;
+  eager_opt.graphs = false;
+  auto gpu = make_cuda_engine(*model, {}, {});
+  auto eager = make_cuda_engine(*model, {}, eager_opt);
+  const CudaKernelPolicy before = cuda_kernel_policy();
+  ASSERT_TRUE(before.moe_route_in_gate_up);
+  CudaKernelPolicy off = before;
+  off.moe_route_in_gate_up = false;
+  cuda_set_kernel_policy(*gpu, off);
+  const auto ref = run_generate(*gpu, 2);  // batch sizes 3, 2, 1: the last steps are one row
+  cuda_set_kernel_policy(*gpu, before);
+  EXPECT_EQ(run_generate(*gpu, 2), ref);
+  EXPECT_EQ(run_generate(*gpu, 2), ref);  // graphs replayed
+  EXPECT_EQ(run_generate(*eager, 2), ref);
+
+  // The routing hook on a one-row decode step (hooks run eagerly): fused, unfused and the CPU's.
+  auto one_row_routing = [](Engine& e) {
+    std::vector<Routing> out;
+    e.hooks.on_routing = [&](int64_t, const Routing& r) { out.push_back(r); };
+    const int s = e.add_sequence();
+    std::vector<int32_t> prompt = {1, 2, 3}, next = {4};
+    Engine::Item a{s, prompt}, b{s, next};
+    e.forward(std::span<const Engine::Item>(&a, 1));
+    out.clear();
+    e.forward(std::span<const Engine::Item>(&b, 1));
+    e.hooks.on_routing = nullptr;
+    return out;
+  };
+  CpuEngine cpu(*model);
+  const auto want = one_row_routing(cpu);
+  const auto fused = one_row_routing(*eager);
+  cuda_set_kernel_policy(*eager, off);
+  const auto unfused = one_row_routing(*eager);
+  cuda_set_kernel_policy(*eager, before);
+  ASSERT_EQ(fused.size(), size_t(model->cfg.n_moe_layers()));
+  ASSERT_EQ(fused.size(), want.size());
+  ASSERT_EQ(fused.size(), unfused.size());
+  for (size_t l = 0; l < fused.size(); ++l) {
+    EXPECT_EQ(fused[l].ids, want[l].ids) << "layer " << l;
+    EXPECT_EQ(fused[l].ids, unfused[l].ids) << "layer " << l;
+    EXPECT_EQ(fused[l].weights, unfused[l].weights) << "layer " << l;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOracle,
                          ::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32", "deepseekv3_f32"));
 

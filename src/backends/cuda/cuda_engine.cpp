@@ -564,7 +564,13 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_nor
   const int kS = ra.k + (L.has_shared ? 1 : 0);
   const int n_tot = E_ + (L.has_shared ? 1 : 0);
   const uint8_t* mask = peer_ ? peer_->mask(l) : nullptr;
-  launch_route_group(ra, n_tot, split_ ? nullptr : mask, work_, stream_);
+  ExpertRun run;
+  run.x = h_, run.n = n, run.slots_per_row = kS, run.slot_weight = wts_;
+  run.h = hbuf_, run.h_stride = max_inter_, run.out = slot_out_;
+  run.max_active = std::min(n * kS, n_tot);
+  // One row and no peer: the expert blocks route the row themselves (moe.cuh), one launch fewer.
+  const bool routed = !peer_ && launch_expert_gate_up_routed(ra, n_tot, L.experts, work_, run, stream_);
+  if (!routed) launch_route_group(ra, n_tot, split_ ? nullptr : mask, work_, stream_);
   if (hooked && hooks.on_routing) {
     std::vector<int32_t> ids(size_t(n) * kS);
     std::vector<float> wts(size_t(n) * kS);
@@ -591,11 +597,7 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_nor
     peer_->ring();
     launch_peer_submit(peer_->dev(), int(l), h_, ids_, wts_, mask, 0, std::min(n, chunk), kS, ra.k, stream_);
   }
-  ExpertRun run;
-  run.x = h_, run.n = n, run.slots_per_row = kS, run.slot_weight = wts_;
-  run.h = hbuf_, run.h_stride = max_inter_, run.out = slot_out_;
-  run.max_active = std::min(n * kS, n_tot);
-  launch_expert_gate_up(L.experts, work_, run, stream_);
+  if (!routed) launch_expert_gate_up(L.experts, work_, run, stream_);
   launch_expert_down(L.experts, work_, run, stream_);
   for (int r0 = 0; peer_ && r0 < n; r0 += chunk) {
     const int count = std::min(n - r0, chunk);
@@ -657,7 +659,7 @@ CudaKernelPolicy cuda_kernel_policy() {
   const ExpertRowsPolicy e = expert_rows_policy();
   const LinearPolicy l = linear_policy();
   return {e.max_rows,   e.by_count,      l.mma_min_rows, l.row_split, l.norm_prepass,
-          l.split_target, mla_min_chunk(), mla_fresh(),    mla_fused_rows()};
+          l.split_target, mla_min_chunk(), mla_fresh(),    mla_fused_rows(), route_in_gate_up()};
 }
 
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
@@ -680,6 +682,7 @@ void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
   set_mla_min_chunk(p.mla_min_chunk);
   set_mla_fresh(p.mla_fresh_rows);
   set_mla_fused_rows(p.mla_fused_rows);
+  set_route_in_gate_up(p.moe_route_in_gate_up);
 }
 
 std::optional<int> parse_cuda_device(std::string_view device) {

@@ -94,7 +94,8 @@ void cuda_drop_graphs(Engine& engine);
 // each row's new cache entry inside attention instead of in an mla_prep launch (mla_fresh_rows;
 // f32 rounding apart), and the MLA decode steps of at most mla_fused_rows rows (0: none) that run
 // q_b, the absorption, attention and the expansion as one cluster launch (mla_decode.cuh; f32
-// rounding apart).
+// rounding apart), and whether the expert blocks of one-row steps without a peer route the row
+// themselves instead of after a routing launch (moe_route_in_gate_up, moe.cuh; the same bits).
 // cuda_set_kernel_policy checks the values and drops the engine's graphs.
 struct CudaKernelPolicy {
   int expert_max_rows = 0;
@@ -106,6 +107,7 @@ struct CudaKernelPolicy {
   int mla_min_chunk = 16;
   bool mla_fresh_rows = true;
   int mla_fused_rows = 1;
+  bool moe_route_in_gate_up = true;
 };
 CudaKernelPolicy cuda_kernel_policy();
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p);

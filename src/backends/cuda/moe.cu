@@ -260,55 +260,67 @@ __global__ void __launch_bounds__(kGroupThreads)
   group_block(a.ids, a.n * (a.k + (a.shared_slot ? 1 : 0)), n_experts, cold_mask, w, reinterpret_cast<int*>(sm));
 }
 
-// Route + group for steps of at most one warp of slots (decode of a few sequences): kSmallWarps
-// warps route the rows, then warp 0 groups the ≤ 32 slots, lane s holding slot s: __match_any_sync
-// finds the slots of each expert, and comparisons over the warp give each expert's place in id order
-// (the active list, as group_block's scans make it, with the slots of one expert in slot order).
+// Route + group for steps of at most one warp of slots (decode of a few sequences): warps 0 ..
+// kSmallWarps - 1 route the rows (a.ids / a.weights wherever they point: global memory, or the
+// block's shared memory), then warp 0 groups the ≤ 32 slots into w, lane s holding slot s:
+// __match_any_sync finds the slots of each expert, and comparisons over the warp give each expert's
+// place in id order (the active list, as group_block's scans make it, with the slots of one expert in
+// slot order). sm: [kSmallWarps][2 · n_expert] floats of shared memory; scold: the cold mask in shared
+// memory, filled before the call, or null. Ends with the block's threads in step (__syncthreads).
 constexpr int kSmallWarps = 4;
+template <int PL>
+__device__ void route_group_small(const RouteArgs& a, int n_experts, const uint8_t* scold, const MoeWork& w,
+                                  float* sm) {
+  __shared__ int32_t sids[kWarp];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float* score = sm + warp * 2 * a.n_expert;
+  if (warp < kSmallWarps)
+    for (int r = warp; r < a.n; r += kSmallWarps) route_row<PL>(a, r, score, score + a.n_expert, sids);
+  __syncthreads();
+  if (warp == 0) {
+    const int n_slots = a.n * (a.k + (a.shared_slot ? 1 : 0));
+    const int id = lane < n_slots ? sids[lane] : -1;
+    const bool cold = id >= 0 && scold && scold[id];
+    const bool hot = id >= 0 && !cold;
+    const uint32_t lt = (1u << lane) - 1u;
+    const uint32_t cold_b = __ballot_sync(0xffffffffu, cold);
+    const uint32_t same = __match_any_sync(0xffffffffu, hot ? id : -1 - lane);  // every non-hot lane alone
+    const bool leader = hot && (same & lt) == 0;
+    const uint32_t lead_b = __ballot_sync(0xffffffffu, leader);
+    int act = 0, off = 0;  // active experts / hot slots with a lower id
+    for (int s = 0; s < kWarp; ++s) {
+      const int o = __shfl_sync(0xffffffffu, id, s);
+      const bool o_hot = (~cold_b >> s & 1u) && s < n_slots;
+      if (o_hot && o < id) {
+        off += 1;
+        act += (lead_b >> s) & 1u;
+      }
+    }
+    if (hot) w.slot_list[off + __popc(same & lt)] = lane;
+    if (leader) {
+      w.act_expert[act] = id;
+      w.act_offset[act] = off;
+      w.act_count[act] = __popc(same);
+    }
+    if (cold) w.cold_slots[__popc(cold_b & lt)] = lane;
+    if (lane == 0) {
+      *w.n_active = __popc(lead_b);
+      *w.n_cold = __popc(cold_b);
+    }
+  }
+  __syncthreads();
+}
+
 template <int PL>
 __global__ void __launch_bounds__(kSmallWarps * kWarp)
     route_group_small_kernel(RouteArgs a, int n_experts, const uint8_t* cold_mask, MoeWork w) {
   pdl_wait();
   pdl_launch_dependents();
   extern __shared__ float sm[];  // [kSmallWarps][2 · n_expert]
-  __shared__ int32_t sids[kWarp];
   __shared__ uint8_t scold[kMaxRouteExperts + 1];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (cold_mask)  // read while the rows are routed
     for (int e = threadIdx.x; e < n_experts; e += kSmallWarps * kWarp) scold[e] = cold_mask[e];
-  float* score = sm + warp * 2 * a.n_expert;
-  for (int r = warp; r < a.n; r += kSmallWarps) route_row<PL>(a, r, score, score + a.n_expert, sids);
-  __syncthreads();
-  if (warp != 0) return;
-  const int n_slots = a.n * (a.k + (a.shared_slot ? 1 : 0));
-  const int id = lane < n_slots ? sids[lane] : -1;
-  const bool cold = id >= 0 && cold_mask && scold[id];
-  const bool hot = id >= 0 && !cold;
-  const uint32_t lt = (1u << lane) - 1u;
-  const uint32_t cold_b = __ballot_sync(0xffffffffu, cold);
-  const uint32_t same = __match_any_sync(0xffffffffu, hot ? id : -1 - lane);  // every non-hot lane alone
-  const bool leader = hot && (same & lt) == 0;
-  const uint32_t lead_b = __ballot_sync(0xffffffffu, leader);
-  int act = 0, off = 0;  // active experts / hot slots with a lower id
-  for (int s = 0; s < kWarp; ++s) {
-    const int o = __shfl_sync(0xffffffffu, id, s);
-    const bool o_hot = (~cold_b >> s & 1u) && s < n_slots;
-    if (o_hot && o < id) {
-      off += 1;
-      act += (lead_b >> s) & 1u;
-    }
-  }
-  if (hot) w.slot_list[off + __popc(same & lt)] = lane;
-  if (leader) {
-    w.act_expert[act] = id;
-    w.act_offset[act] = off;
-    w.act_count[act] = __popc(same);
-  }
-  if (cold) w.cold_slots[__popc(cold_b & lt)] = lane;
-  if (lane == 0) {
-    *w.n_active = __popc(lead_b);
-    *w.n_cold = __popc(cold_b);
-  }
+  route_group_small<PL>(a, n_experts, cold_mask ? scold : nullptr, w, sm);
 }
 
 constexpr int kExpertWarps = 8;
@@ -415,6 +427,43 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
   }
 }
 
+// Route + group + gate_up in one launch for one-row steps without a cold mask (kRoutedPL: experts per
+// lane of the routing, so n_expert ≤ 384): every block routes the row and groups its slots itself
+// (route_group_small into its shared memory: the same code, so the same choices and order as the
+// separate launches), block (0, 0) also writes them out for expert_down, the combine and the hooks
+// (they run after this kernel has completed), and then each block runs its active entry's features
+// as expert_gate_up_kernel does. Saves the routing launch and its round trips on the step's path.
+constexpr int kRoutedPL = 12;
+template <class T>
+__global__ void __launch_bounds__(kExpertWarps * kWarp)
+    expert_gate_up_routed_kernel(RouteArgs a, int n_experts, ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
+  pdl_wait();
+  pdl_launch_dependents();
+  extern __shared__ float sm[];  // [kSmallWarps][2 · n_expert]
+  __shared__ int32_t s_ids[kWarp], s_list[kWarp], s_act[3][kWarp], s_n[2], s_cold[kWarp];
+  __shared__ float s_wts[kWarp];
+  RouteArgs as = a;
+  as.ids = s_ids, as.weights = s_wts;
+  const MoeWork ws{&s_n[0], s_act[0], s_act[1], s_act[2], s_list, &s_n[1], s_cold};
+  route_group_small<kRoutedPL>(as, n_experts, nullptr, ws, sm);
+  const int n_slots = a.k + (a.shared_slot ? 1 : 0);
+  if (blockIdx.x == 0 && blockIdx.y == 0) {  // every slot is hot: no cold mask
+    const int i = threadIdx.x;
+    if (i < n_slots) a.ids[i] = s_ids[i], a.weights[i] = s_wts[i], w.slot_list[i] = s_list[i];
+    if (i < s_n[0]) w.act_expert[i] = s_act[0][i], w.act_offset[i] = s_act[1][i], w.act_count[i] = s_act[2][i];
+    if (i == 0) *w.n_active = s_n[0], *w.n_cold = 0;
+  }
+  const int ai = blockIdx.x;
+  if (ai >= s_n[0]) return;
+  const ExpertSlice s{s_act[0][ai], s_act[1][ai], s_act[2][ai]};
+  const int warp = threadIdx.x / kWarp;
+  const int j = blockIdx.y * kExpertWarps + warp;
+  if (j >= expert_inter(t, s.e)) return;
+  const T* wr[2] = {static_cast<const T*>(t.gate[s.e]) + int64_t(j) * t.hidden,
+                    static_cast<const T*>(t.up[s.e]) + int64_t(j) * t.hidden};
+  gate_up_rows<T, 1>(t, ws, r, s, wr, j, vec);
+}
+
 // Output features m0 .. m0 + nm of the expert's rows (wr: their down rows) in passes of R.
 template <class T, int NF, int R>
 __device__ __forceinline__ void down_rows(const ExpertTable& t, const MoeWork& w, const ExpertRun& r,
@@ -513,6 +562,7 @@ void launch_expert_down_nf(const ExpertTable& t, const MoeWork& w, const ExpertR
 
 std::atomic<int> g_expert_max_rows{ExpertRowsPolicy{}.max_rows};
 std::atomic<bool> g_expert_by_count{ExpertRowsPolicy{}.by_count};
+std::atomic<bool> g_route_in_gate_up{true};
 
 }  // namespace
 
@@ -601,6 +651,27 @@ void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertR
     });
   });
 }
+
+bool launch_expert_gate_up_routed(const RouteArgs& a, int n_experts, const ExpertTable& t, const MoeWork& w,
+                                  const ExpertRun& r, cudaStream_t stream) {
+  const int kS = a.k + (a.shared_slot ? 1 : 0);
+  if (!g_route_in_gate_up || a.n != 1 || r.n != 1 || r.dense || kS > kWarp || a.n_expert > kRoutedPL * kWarp ||
+      n_experts > kMaxRouteExperts + 1)
+    return false;
+  TANDEM_CUDA_REQUIRE(a.n_group >= 1 && a.n_group <= 32 && a.n_expert % a.n_group == 0, "bad group count");
+  const dim3 grid = expert_grid(r, std::max(t.inter, t.shared_inter), 1);
+  const size_t smem = size_t(kSmallWarps) * 2 * size_t(a.n_expert) * sizeof(float);  // ≤ 12 KB
+  const bool vec = expert_vec(t, r);
+  with_wtype(t.wt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_kernel(expert_gate_up_routed_kernel<T>, grid, kExpertWarps * kWarp, smem, stream, a, n_experts, t, w, r,
+                  vec);
+  });
+  return true;
+}
+
+void set_route_in_gate_up(bool on) { g_route_in_gate_up = on; }
+bool route_in_gate_up() { return g_route_in_gate_up.load(); }
 
 void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
   if (r.n == 0) return;

@@ -91,6 +91,14 @@ ExpertRowsPolicy expert_rows_policy();
 
 void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream);
 void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream);
+// launch_route_group(a, n_experts, nullptr, w) then launch_expert_gate_up(t, w, r) in one launch, for
+// steps of one row without a cold mask and at most 384 routed experts while route_in_gate_up() (a
+// process-wide knob, default on, read at each launch): every block routes the row itself. Same
+// outputs, bitwise. Returns false, launching nothing, where it does not apply.
+bool launch_expert_gate_up_routed(const RouteArgs& a, int n_experts, const ExpertTable& t, const MoeWork& w,
+                                  const ExpertRun& r, cudaStream_t stream);
+void set_route_in_gate_up(bool on);
+bool route_in_gate_up();
 
 // moe_out[r] = Σ_j slot_out[r · kS + j] (j ascending); x[r] += moe_out[r]. Shapes [n, H].
 void launch_moe_combine(const float* slot_out, int n, int kS, int H, float* moe_out, float* x,

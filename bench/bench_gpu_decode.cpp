@@ -56,6 +56,8 @@ constexpr double kHbm = 4.4e12, kPcie = 51e9;  // measured on the H200 box (BRIE
 //   fusedN   MLA decode steps of at most N rows run as one cluster launch (mla_decode.cuh; fused0: never)
 //   route0|1 one-row steps without a peer route in a launch of their own (route0) or in the expert
 //            gate_up blocks (route1, the default: expert_gate_up_routed_kernel)
+//   pfm0|1   the fused MLA decode asks L2 for its layer's o_proj, router and shared expert weights
+//            (pfm1, the default) or not (pfm0)
 //   x2:NAME  kernels whose name contains NAME are launched twice (KernelRepeat): the step's time
 //            less the reference's is their share of the critical path (the results are wrong)
 struct Variant {
@@ -90,8 +92,9 @@ Variant parse_variant(const std::string& spec, const CudaKernelPolicy& defaults)
     else if (t == "prep") v.policy.mla_fresh_rows = false;
     else if (t.rfind("fused", 0) == 0) v.policy.mla_fused_rows = number(5);
     else if (t == "route0" || t == "route1") v.policy.moe_route_in_gate_up = t == "route1";
+    else if (t == "pfm0" || t == "pfm1") v.policy.mla_prefetch_moe = t == "pfm1";
     else if (t.rfind("x2:", 0) == 0 && t.size() > 3) v.twice = t.substr(3);
-    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, count, mmaN, ks0|1|2|4, nprep, ktN, chunkN, prep, fusedN, route0|1, x2:NAME)", t);
+    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, count, mmaN, ks0|1|2|4, nprep, ktN, chunkN, prep, fusedN, route0|1, pfm0|1, x2:NAME)", t);
   }
   return v;
 }
@@ -327,7 +330,8 @@ int run(const Args& a) {
                         {"mla_min_chunk", v.policy.mla_min_chunk},
                         {"mla_fresh_rows", v.policy.mla_fresh_rows},
                         {"mla_fused_rows", v.policy.mla_fused_rows},
-                        {"moe_route_in_gate_up", v.policy.moe_route_in_gate_up}});
+                        {"moe_route_in_gate_up", v.policy.moe_route_in_gate_up},
+                        {"mla_prefetch_moe", v.policy.mla_prefetch_moe}});
         table.push_back(fmt::format("{:<6} {:>3} {:>3} {:>9.3f} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}", lane,
                                     B, pdl ? "on" : "off", ms, B / ms * 1e3, bytes / 1e9, double(cold_b) / 1e9, hbm_ms,
                                     bound, ms / bound) +

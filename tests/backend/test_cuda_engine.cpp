@@ -255,6 +255,31 @@ TEST(CudaFusedMla, DecodeAcrossTheLongContextBound) {
   }
 }
 
+// The fused decode's L2 prefetch of o_proj, the router and the shared expert (layer 1 is MoE with a
+// shared expert) is a hint: on (the default) and off give the same bits, graphs replayed and eager.
+TEST(CudaFusedMla, L2PrefetchChangesNoBits) {
+  test::TempDir tmp;
+  auto model = long_mla_model(16, tmp.path);
+  CudaOptions eager_opt;
+  eager_opt.graphs = false;
+  auto gpu = make_cuda_engine(*model, {}, {});
+  auto eager = make_cuda_engine(*model, {}, eager_opt);
+  const CudaKernelPolicy before = cuda_kernel_policy();
+  ASSERT_TRUE(before.mla_prefetch_moe);
+  CudaKernelPolicy off = before;
+  off.mla_prefetch_moe = false;
+  cuda_set_kernel_policy(*gpu, off);
+  const auto ref = run_long_mla(*gpu, 40, 6);
+  cuda_set_kernel_policy(*gpu, before);
+  for (int pass = 0; pass < 2; ++pass) {  // captured, then replayed
+    const auto got = run_long_mla(*gpu, 40, 6);
+    EXPECT_EQ(got.tokens, ref.tokens) << "pass " << pass;
+    EXPECT_EQ(got.logits, ref.logits) << "pass " << pass;
+  }
+  const auto got = run_long_mla(*eager, 40, 6);
+  EXPECT_EQ(got.logits, ref.logits);
+}
+
 INSTANTIATE_TEST_SUITE_P(Heads, CudaLongMla, ::testing::Values(16, 18, 24));  // 18: a group of two heads
 
 // Shapes the GPU kernels do not take are refused at construction, naming the limit: MLA with

@@ -23,6 +23,25 @@ enum class WType : int { kF32, kBF16, kF16 };
 WType wtype_of(DType t, const char* what);
 inline size_t wtype_size(WType t) { return t == WType::kF32 ? 4 : 2; }
 
+// Weights a kernel asks L2 to fetch for a later kernel of the step while HBM is idle (one-row steps
+// are chains of short launches that leave it idle most of the time): up to kL2Ranges byte ranges,
+// 16-byte aligned (a range's tail past its last whole 16 bytes is left out). A hint: it changes no
+// result. l2_prefetch_part (device_util.cuh) issues a part of it as bulk prefetches (sm_90).
+constexpr int kL2Ranges = 4;
+struct L2Prefetch {
+  const void* p[kL2Ranges] = {};
+  uint32_t bytes[kL2Ranges] = {};
+  int n = 0;
+  // Adds a range; false (nothing added) when the list is full, the range empty, 4 GiB or more, or
+  // not 16-byte aligned.
+  bool add(const void* ptr, size_t size) {
+    if (n == kL2Ranges || !ptr || size == 0 || size >= (size_t(1) << 32) || reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
+      return false;
+    p[n] = ptr, bytes[n] = uint32_t(size), ++n;
+    return true;
+  }
+};
+
 }  // namespace tandem::cuda
 
 #define TANDEM_CUDA_CHECK(call)                                                               \

@@ -509,6 +509,12 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
     d.a = a;
     d.q_b = L.q_b.p, d.uk_t = L.uk_t.p, d.kv_b = L.kv_b.p, d.wt = L.q_b.wt;
     d.out = att_, d.out_stride = att_width_;
+    if (mla_prefetch_moe()) {  // HBM idles through most of this launch: o_proj's, the router's and the
+      const size_t ws = wtype_size(L.o.wt);  // shared expert's weights come next
+      d.after.add(L.o.p, size_t(L.o.rows) * size_t(L.o.cols) * ws);
+      if (L.moe) d.after.add(L.router.p, size_t(L.router.rows) * size_t(L.router.cols) * wtype_size(L.router.wt));
+      if (L.moe) d.after.add(L.shared_expert, L.shared_expert_bytes);
+    }
     launch_mla_decode(d, rows, rope_, scale_, stream_);
     return;
   }
@@ -659,7 +665,8 @@ CudaKernelPolicy cuda_kernel_policy() {
   const ExpertRowsPolicy e = expert_rows_policy();
   const LinearPolicy l = linear_policy();
   return {e.max_rows,   e.by_count,      l.mma_min_rows, l.row_split, l.norm_prepass,
-          l.split_target, mla_min_chunk(), mla_fresh(),    mla_fused_rows(), route_in_gate_up()};
+          l.split_target, mla_min_chunk(), mla_fresh(),    mla_fused_rows(), route_in_gate_up(),
+          mla_prefetch_moe()};
 }
 
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
@@ -683,6 +690,7 @@ void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
   set_mla_fresh(p.mla_fresh_rows);
   set_mla_fused_rows(p.mla_fused_rows);
   set_route_in_gate_up(p.moe_route_in_gate_up);
+  set_mla_prefetch_moe(p.mla_prefetch_moe);
 }
 
 std::optional<int> parse_cuda_device(std::string_view device) {

@@ -95,7 +95,9 @@ void cuda_drop_graphs(Engine& engine);
 // f32 rounding apart), and the MLA decode steps of at most mla_fused_rows rows (0: none) that run
 // q_b, the absorption, attention and the expansion as one cluster launch (mla_decode.cuh; f32
 // rounding apart), and whether the expert blocks of one-row steps without a peer route the row
-// themselves instead of after a routing launch (moe_route_in_gate_up, moe.cuh; the same bits).
+// themselves instead of after a routing launch (moe_route_in_gate_up, moe.cuh; the same bits), and
+// whether the fused MLA decode asks L2 for its layer's o_proj, router and shared expert weights
+// while HBM idles (mla_prefetch_moe, mla_decode.cuh; a hint: the same bits).
 // cuda_set_kernel_policy checks the values and drops the engine's graphs.
 struct CudaKernelPolicy {
   int expert_max_rows = 0;
@@ -108,6 +110,7 @@ struct CudaKernelPolicy {
   bool mla_fresh_rows = true;
   int mla_fused_rows = 1;
   bool moe_route_in_gate_up = true;
+  bool mla_prefetch_moe = true;
 };
 CudaKernelPolicy cuda_kernel_policy();
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p);

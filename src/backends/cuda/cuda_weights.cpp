@@ -147,6 +147,7 @@ PackedExperts pack_experts(DeviceMemory& mem, std::span<const ExpertPart> parts,
       }
     }
   }
+  if (!parts.empty() && parts.back().w) out.last_gate = ptrs[parts.size() - 1], out.last_host = parts.back().host;
   auto* table = static_cast<const void**>(mem.device(ptrs.size() * sizeof(void*), "expert table"));
   TANDEM_CUDA_CHECK(cudaMemcpy(table, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
   out.gate = table;
@@ -250,6 +251,7 @@ ExpertTable DeviceWeights::upload_experts(const std::vector<const ExpertWeights*
   if (L.has_shared)
     for (const TensorView* v : {&experts.back()->gate, &experts.back()->up, &experts.back()->down})
       shared_bytes += round16(v->nbytes());
+  if (L.has_shared && !packed.last_host) L.shared_expert = packed.last_gate, L.shared_expert_bytes = shared_bytes;
   L.hot_bytes = packed.device_bytes - shared_bytes;
   L.cold_bytes = packed.host_bytes;
   return t;

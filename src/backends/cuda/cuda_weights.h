@@ -37,6 +37,8 @@ struct DLayer {
   const float* router_bias = nullptr;  // [E] or null
   ExpertTable experts;               // routed [0, E) + shared at E (when present); dense: the MLP at 0
   bool has_shared = false;
+  const void* shared_expert = nullptr;  // the shared expert's gate, up and down, one after the other in HBM
+  size_t shared_expert_bytes = 0;
   size_t hot_bytes = 0, cold_bytes = 0;  // routed expert bytes in HBM / cold (pinned host memory or the peer)
 };
 
@@ -72,6 +74,8 @@ struct PackedExperts {
   const void* const* up = nullptr;    // [n] -> [features, H]
   const void* const* down = nullptr;  // [n] -> [H, features]
   size_t device_bytes = 0, host_bytes = 0;
+  const void* last_gate = nullptr;    // where the last part's gate went (its up and down follow it)
+  bool last_host = false;             // ... in mapped pinned host memory
 };
 
 // Packs parts (indexed by expert id) into one HBM buffer and one mapped pinned host buffer owned by

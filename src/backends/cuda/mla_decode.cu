@@ -229,6 +229,9 @@ __global__ void __launch_bounds__(kDecThreads)
   for (int k = threadIdx.x; k < Q; k += kDecThreads) xq[k] = xq[k] * q_scale * a.q_a_norm[k];
   __syncthreads();  // also publishes the barriers' initialisation
   bulk_wait(&loaded[0]);
+  if (threadIdx.x == 0 && d.after.n > 0)  // the block's share of the later kernels' weights
+    l2_prefetch_part(d.after, int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)),
+                     int(gridDim.x * gridDim.y * gridDim.z));
   smem_gemv<T>(wq, Q, qs.e - qs.b, xq, qh + qs.b);
   cluster.sync();
 
@@ -350,6 +353,7 @@ __global__ void __launch_bounds__(kDecThreads)
 }
 
 std::atomic<int> g_mla_fused_rows{1};
+std::atomic<bool> g_mla_prefetch_moe{true};
 
 }  // namespace
 
@@ -367,6 +371,8 @@ void set_mla_fused_rows(int rows) {
   g_mla_fused_rows = rows;
 }
 int mla_fused_rows() { return g_mla_fused_rows.load(); }
+void set_mla_prefetch_moe(bool on) { g_mla_prefetch_moe = on; }
+bool mla_prefetch_moe() { return g_mla_prefetch_moe.load(); }
 
 void launch_mla_decode(const MlaDecodeArgs& d, const RowInfo& rows, const RopeTables& rope, float scale,
                        cudaStream_t stream) {

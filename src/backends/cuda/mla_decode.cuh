@@ -27,6 +27,7 @@ struct MlaDecodeArgs {
   WType wt = WType::kF32;
   float* out = nullptr;        // [n, n_head * v_dim]: the attention output, o_proj's input
   int64_t out_stride = 0;
+  L2Prefetch after;            // weights of later kernels, asked of L2 once q_b's rows are in (HBM is idle then)
 };
 
 // Whether the fused kernel takes a layer of these shapes with weights in wt: q_lora (a q_b
@@ -48,6 +49,10 @@ void launch_mla_decode(const MlaDecodeArgs& d, const RowInfo& rows, const RopeTa
 // engine when it enqueues a step, so a captured graph keeps its choice). Default 1.
 void set_mla_fused_rows(int rows);
 int mla_fused_rows();
+// Whether the engine gives the fused decode its layer's o_proj, router and shared expert weights to
+// ask L2 for (MlaDecodeArgs::after; process-wide, default on).
+void set_mla_prefetch_moe(bool on);
+bool mla_prefetch_moe();
 // Rows whose position reaches this take the unfused path (the engine keys its graphs by it): each
 // head's cluster reads the whole context once, 4× the cache reads of attention_mla_kernel's groups
 // of 4 heads, which costs more than the saved launches at long contexts.

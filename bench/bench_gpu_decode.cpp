@@ -15,7 +15,9 @@
 // row against the mean of the first variant's runs ("base,x2:attention,base": attention's share of
 // the step). --breakdown N: instead of timing steps, runs N eager steps (no graphs, no PDL) under a
 // KernelProfile and prints each kernel's GPU time per
-// step (launches of one kernel on different grids apart). Prints a table; --json writes it.
+// step (launches of one kernel on different grids apart). The HBM bandwidth of the bound is measured on
+// the device at start (cuda_read_bandwidth_gbps: a kernel streaming 2 GiB once, best of five) unless
+// --hbm-gbps gives it; the link's is the H200 box's 51 GB/s. Prints a table; --json writes it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -40,7 +42,7 @@
 namespace tandem {
 namespace {
 
-constexpr double kHbm = 4.4e12, kPcie = 51e9;  // measured on the H200 box (BRIEF)
+constexpr double kPcie = 51e9;  // the H200 box's link, measured (BRIEF)
 
 // One timed configuration of the engine (--variants): tokens joined by '+', e.g. "rows2+count".
 //   base     PDL on, the kernels' default choices (cuda_kernel_policy() at start)
@@ -105,6 +107,7 @@ struct Args {
   uint64_t spin_limit_us = 2000;
   double cold_fraction = 89.0 / 384.0;
   int steps = 64, prompt = 16, ctx = 1024, breakdown = 0;
+  double hbm_gbps = 0;  // 0: measured on the device
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -167,6 +170,11 @@ int run(const Args& a) {
   const size_t expert_bytes = c.n_expert > 0 ? 3 * size_t(c.moe_intermediate_size) * c.hidden_size *
                                                    dtype_size(model->layers.back().experts[0].gate.dtype)
                                              : 0;
+  const bool hbm_measured = !(a.hbm_gbps > 0);
+  const double hbm_gbps = hbm_measured ? cuda_read_bandwidth_gbps(0) : a.hbm_gbps;
+  const double kHbm = hbm_gbps * 1e9;
+  fmt::print(stderr, "HBM bandwidth for the bound: {:.0f} GB/s ({})\n", hbm_gbps,
+             hbm_measured ? "measured: 2 GiB read once, best of 5" : "--hbm-gbps");
   std::vector<Variant> variants;
   const CudaKernelPolicy defaults = cuda_kernel_policy();
   auto variant = [&](const std::string& spec) { return parse_variant(spec, defaults); };
@@ -276,7 +284,8 @@ int run(const Args& a) {
           ks.push_back({{"kernel", k.name}, {"us_per_step", k.total_us / n}, {"calls_per_step", double(k.calls) / n}});
         }
         rows.push_back({{"lane", lane}, {"batch", B}, {"prompt", a.prompt}, {"steps", a.breakdown},
-                        {"kernel_us_per_step", sum / n}, {"hbm_bound_ms", hbm_ms}, {"kernels", ks}});
+                        {"kernel_us_per_step", sum / n}, {"hbm_bound_ms", hbm_ms}, {"hbm_gbps", hbm_gbps},
+                        {"hbm_gbps_measured", hbm_measured}, {"kernels", ks}});
         for (int s : seqs) engine->remove_sequence(s);
         continue;
       }
@@ -321,7 +330,8 @@ int run(const Args& a) {
         }
         rows.push_back({{"lane", lane}, {"batch", B}, {"pdl", pdl}, {"variant", v.label}, {"ms_per_step", ms},
                         {"tokens_per_s", B / ms * 1e3}, {"bytes_per_step", bytes}, {"cold_bytes_per_step", cold_b},
-                        {"hbm_bound_ms", hbm_ms}, {"link_bound_ms", link_ms}, {"bound_ms", bound}, {"peer", peer_json},
+                        {"hbm_bound_ms", hbm_ms}, {"link_bound_ms", link_ms}, {"bound_ms", bound},
+                        {"hbm_gbps", hbm_gbps}, {"hbm_gbps_measured", hbm_measured}, {"peer", peer_json},
                         {"expert_max_rows", v.policy.expert_max_rows}, {"expert_by_count", v.policy.expert_by_count},
                         {"linear_mma_min_rows", v.policy.linear_mma_min_rows},
                         {"linear_row_split", v.policy.linear_row_split},
@@ -357,6 +367,8 @@ int run(const Args& a) {
       for (int s : seqs) engine->remove_sequence(s);
     }
   }
+  fmt::print("bound: HBM {:.0f} GB/s ({}), link {:.0f} GB/s\n", hbm_gbps, hbm_measured ? "measured" : "given",
+             kPcie / 1e9);
   fmt::print("{:<6} {:>3} {:>3} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9} {:>6}\n", "lane", "B", "pdl", "ms/step", "tok/s",
              "GB/step", "cold GB", "HBM ms", "bound ms", "x bnd");
   for (const auto& t : table) fmt::print("{}\n", t);
@@ -386,6 +398,7 @@ int main(int argc, char** argv) {
     else if (k == "--pdl") a.pdl = v;
     else if (k == "--variants") a.variants = v;
     else if (k == "--breakdown") a.breakdown = std::stoi(v);
+    else if (k == "--hbm-gbps") a.hbm_gbps = std::stod(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -395,7 +408,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_gpu_decode --model DIR [--lanes local,host] [--batches 1,8,16,32] "
                          "[--steps N] [--prompt N] [--ctx N] [--cold-fraction F] [--json FILE] [--peer NAME --rowmap R] "
                          "[--peer-spin-limit US] [--write-rowmap R] [--pdl 0|1|both] [--variants V1,V2,...] "
-                         "[--breakdown STEPS]\n");
+                         "[--breakdown STEPS] [--hbm-gbps GBPS (default: measured)]\n");
     return 2;
   }
   try {

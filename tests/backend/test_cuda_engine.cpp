@@ -171,6 +171,30 @@ TEST_P(CudaOracle, RoutingInTheExpertBlocksAgreesBitwise) {
   }
 }
 
+// The expert kernels' evict-first weight loads (CudaKernelPolicy::expert_evict_first, default on) are
+// a cache hint: the same bits as evict-normal loads, graphs replayed and eager, host lane too.
+TEST_P(CudaOracle, EvictFirstExpertLoadsChangeNoBits) {
+  auto model = Model::load(test::oracle_dir(GetParam()));
+  CudaOptions eager_opt, host_opt;
+  eager_opt.graphs = false;
+  host_opt.lane = CudaLane::kHost;
+  host_opt.cold = cold_tail(model->cfg, 0.5);
+  auto gpu = make_cuda_engine(*model, {}, {});
+  auto eager = make_cuda_engine(*model, {}, eager_opt);
+  auto host = make_cuda_engine(*model, {}, host_opt);
+  const CudaKernelPolicy before = cuda_kernel_policy();
+  ASSERT_TRUE(before.expert_evict_first);
+  CudaKernelPolicy off = before;
+  off.expert_evict_first = false;
+  cuda_set_kernel_policy(*gpu, off);
+  const auto ref = run_generate(*gpu, 2);
+  cuda_set_kernel_policy(*gpu, before);
+  EXPECT_EQ(run_generate(*gpu, 2), ref);
+  EXPECT_EQ(run_generate(*gpu, 2), ref);  // graphs replayed
+  EXPECT_EQ(run_generate(*eager, 2), ref);
+  EXPECT_EQ(run_generate(*host, 2), ref);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOracle,
                          ::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32", "deepseekv3_f32"));
 
@@ -256,8 +280,9 @@ TEST(CudaFusedMla, DecodeAcrossTheLongContextBound) {
 }
 
 // The fused decode's L2 prefetch of o_proj, the router and the shared expert (layer 1 is MoE with a
-// shared expert) is a hint: on (the default) and off give the same bits, graphs replayed and eager.
-TEST(CudaFusedMla, L2PrefetchChangesNoBits) {
+// shared expert) and the experts' evict-first loads are hints: on (the defaults) and off give the same
+// bits, graphs replayed and eager.
+TEST(CudaFusedMla, CacheHintsChangeNoBits) {
   test::TempDir tmp;
   auto model = long_mla_model(16, tmp.path);
   CudaOptions eager_opt;
@@ -265,9 +290,9 @@ TEST(CudaFusedMla, L2PrefetchChangesNoBits) {
   auto gpu = make_cuda_engine(*model, {}, {});
   auto eager = make_cuda_engine(*model, {}, eager_opt);
   const CudaKernelPolicy before = cuda_kernel_policy();
-  ASSERT_TRUE(before.mla_prefetch_moe);
+  ASSERT_TRUE(before.mla_prefetch_moe && before.expert_evict_first);
   CudaKernelPolicy off = before;
-  off.mla_prefetch_moe = false;
+  off.mla_prefetch_moe = off.expert_evict_first = false;
   cuda_set_kernel_policy(*gpu, off);
   const auto ref = run_long_mla(*gpu, 40, 6);
   cuda_set_kernel_policy(*gpu, before);

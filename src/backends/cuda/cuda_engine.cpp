@@ -574,6 +574,7 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_nor
   run.x = h_, run.n = n, run.slots_per_row = kS, run.slot_weight = wts_;
   run.h = hbuf_, run.h_stride = max_inter_, run.out = slot_out_;
   run.max_active = std::min(n * kS, n_tot);
+  run.evict_first = expert_evict_first();
   // One row and no peer: the expert blocks route the row themselves (moe.cuh), one launch fewer.
   const bool routed = !peer_ && launch_expert_gate_up_routed(ra, n_tot, L.experts, work_, run, stream_);
   if (!routed) launch_route_group(ra, n_tot, split_ ? nullptr : mask, work_, stream_);
@@ -629,6 +630,7 @@ void CudaEngine::dense_mlp(int64_t l, int n) {
   ExpertRun run;
   run.x = h_, run.n = n, run.slots_per_row = 1;
   run.h = hbuf_, run.h_stride = max_inter_, run.out = x_, run.dense = true;
+  run.evict_first = expert_evict_first();
   launch_expert_gate_up(L.experts, work_, run, stream_);
   launch_expert_down(L.experts, work_, run, stream_);
 }
@@ -666,7 +668,7 @@ CudaKernelPolicy cuda_kernel_policy() {
   const LinearPolicy l = linear_policy();
   return {e.max_rows,   e.by_count,      l.mma_min_rows, l.row_split, l.norm_prepass,
           l.split_target, mla_min_chunk(), mla_fresh(),    mla_fused_rows(), route_in_gate_up(),
-          mla_prefetch_moe()};
+          mla_prefetch_moe(), expert_evict_first()};
 }
 
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
@@ -691,6 +693,7 @@ void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
   set_mla_fused_rows(p.mla_fused_rows);
   set_route_in_gate_up(p.moe_route_in_gate_up);
   set_mla_prefetch_moe(p.mla_prefetch_moe);
+  set_expert_evict_first(p.expert_evict_first);
 }
 
 std::optional<int> parse_cuda_device(std::string_view device) {

@@ -100,7 +100,8 @@ void cuda_drop_graphs(Engine& engine);
 // rounding apart), and whether the expert blocks of one-row steps without a peer route the row
 // themselves instead of after a routing launch (moe_route_in_gate_up, moe.cuh; the same bits), and
 // whether the fused MLA decode asks L2 for its layer's o_proj, router and shared expert weights
-// while HBM idles (mla_prefetch_moe, mla_decode.cuh; a hint: the same bits).
+// while HBM idles (mla_prefetch_moe, mla_decode.cuh), and whether the expert kernels' weight loads
+// are marked evict-first in L2 (expert_evict_first, moe.cuh) (both hints: the same bits).
 // cuda_set_kernel_policy checks the values and drops the engine's graphs.
 struct CudaKernelPolicy {
   int expert_max_rows = 0;
@@ -114,6 +115,7 @@ struct CudaKernelPolicy {
   int mla_fused_rows = 1;
   bool moe_route_in_gate_up = true;
   bool mla_prefetch_moe = true;
+  bool expert_evict_first = true;
 };
 CudaKernelPolicy cuda_kernel_policy();
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p);

@@ -51,6 +51,27 @@ __device__ __forceinline__ void load_w16(const T* p, float* out) {
   widen_w16<T>(__ldg(reinterpret_cast<const uint4*>(p)), out);
 }
 
+// An L2 eviction policy for cache-hinted loads (createpolicy, sm_80+): evict_first when `first` (weights
+// streamed once: L2 keeps other lines over theirs), else evict_normal.
+__device__ __forceinline__ uint64_t l2_policy(bool first) {
+  uint64_t p;
+  if (first)
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  else
+    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+// load_w16 with an L2 eviction policy (l2_policy).
+template <class T>
+__device__ __forceinline__ void load_w16_hint(const T* p, float* out, uint64_t policy) {
+  uint4 v;
+  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(policy));
+  widen_w16<T>(v, out);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -122,12 +143,14 @@ void with_wtype(WType wt, F&& f) {
 // kNorm (an RMSNorm in front, nw its weights, 16-byte aligned): kNormScaled multiplies each x_r by
 // scale[r] · nw[k] on the fly (the rounding of rms_norm_kernel's output); kNormGain by nw[k] only and
 // adds x_r[k]² into ss[r] (f64, partial per lane), so that one pass over x yields both the dot and
-// the row's sum of squares (the caller scales the dot afterwards).
+// the row's sum of squares (the caller scales the dot afterwards). kHint: the 16-byte weight loads
+// carry the L2 eviction policy `policy` (l2_policy).
 enum : int { kNormNone = 0, kNormScaled = 1, kNormGain = 2 };
-template <class T, int NW, int R, int kNorm = kNormNone>
+template <class T, int NW, int R, int kNorm = kNormNone, bool kHint = false>
 __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, const float* const (&x)[R], int nr,
                                               bool vec, float (&acc)[NW][R], const float* nw = nullptr,
-                                              const float* scale = nullptr, double* ss = nullptr) {
+                                              const float* scale = nullptr, double* ss = nullptr,
+                                              uint64_t policy = 0) {
   const int lane = threadIdx.x % kWarp;
   if (vec) {
     constexpr int V = vec_of<T>();
@@ -138,7 +161,12 @@ __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, co
     for (int k = lane * V; k < K; k += kWarp * V) {
       float wf[NW][V];
 #pragma unroll
-      for (int i = 0; i < NW; ++i) load_w16<T>(w[i] + k, wf[i]);
+      for (int i = 0; i < NW; ++i) {
+        if constexpr (kHint)
+          load_w16_hint<T>(w[i] + k, wf[i], policy);
+        else
+          load_w16<T>(w[i] + k, wf[i]);
+      }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r < nr) {

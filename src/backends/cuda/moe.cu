@@ -396,7 +396,8 @@ __device__ __forceinline__ void gate_up_rows(const ExpertTable& t, const MoeWork
       x[i] = r.x + int64_t(row) * t.hidden;
     }
     float acc[2][R] = {};
-    warp_dot_rows<T, 2, R>(wr, t.hidden, x, nr, vec, acc);
+    warp_dot_rows<T, 2, R, kNormNone, true>(wr, t.hidden, x, nr, vec, acc, nullptr, nullptr, nullptr,
+                                            l2_policy(r.evict_first));
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       if (i >= nr) break;
@@ -476,7 +477,8 @@ __device__ __forceinline__ void down_rows(const ExpertTable& t, const MoeWork& w
 #pragma unroll
     for (int i = 0; i < R; ++i) x[i] = r.h + int64_t(s.off + c0 + min(i, nr - 1)) * r.h_stride;
     float acc[NF][R] = {};
-    warp_dot_rows<T, NF, R>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc);
+    warp_dot_rows<T, NF, R, kNormNone, true>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc, nullptr, nullptr,
+                                             nullptr, l2_policy(r.evict_first));
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       if (i >= nr) break;
@@ -563,6 +565,7 @@ void launch_expert_down_nf(const ExpertTable& t, const MoeWork& w, const ExpertR
 std::atomic<int> g_expert_max_rows{ExpertRowsPolicy{}.max_rows};
 std::atomic<bool> g_expert_by_count{ExpertRowsPolicy{}.by_count};
 std::atomic<bool> g_route_in_gate_up{true};
+std::atomic<bool> g_expert_evict_first{true};
 
 }  // namespace
 
@@ -672,6 +675,8 @@ bool launch_expert_gate_up_routed(const RouteArgs& a, int n_experts, const Exper
 
 void set_route_in_gate_up(bool on) { g_route_in_gate_up = on; }
 bool route_in_gate_up() { return g_route_in_gate_up.load(); }
+void set_expert_evict_first(bool on) { g_expert_evict_first = on; }
+bool expert_evict_first() { return g_expert_evict_first.load(); }
 
 void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
   if (r.n == 0) return;

@@ -74,6 +74,7 @@ struct ExpertRun {
   float* out = nullptr;                // MoE: slot_out [n * kS, H] (weighted); dense: residual y [n, H] (+=)
   int max_active = 0;                  // grid bound on active experts (device count read at run time)
   bool dense = false;                  // a plain MLP (expert 0) over rows 0..n-1, work unused
+  bool evict_first = false;            // weight loads marked evict-first in L2 (streamed once)
 };
 // How the expert kernels size their passes over an expert's rows (a process-wide tuning knob for
 // benchmarks, read at each launch: a captured graph keeps what it was captured with). max_rows: rows
@@ -99,6 +100,12 @@ bool launch_expert_gate_up_routed(const RouteArgs& a, int n_experts, const Exper
                                   const ExpertRun& r, cudaStream_t stream);
 void set_route_in_gate_up(bool on);
 bool route_in_gate_up();
+// Whether the engine marks the expert kernels' weight loads evict-first in L2 (ExpertRun::evict_first;
+// process-wide, read when a step is enqueued). Default on: each step streams every expert it routes
+// to once, and the step's other lines (its other weights, activations, the KV cache) then stay in L2
+// over them. Measured on an H100: ×1.018 at one sequence, ×1.02 at 8 (bench/RESULTS.md).
+void set_expert_evict_first(bool on);
+bool expert_evict_first();
 
 // moe_out[r] = Σ_j slot_out[r · kS + j] (j ascending); x[r] += moe_out[r]. Shapes [n, H].
 void launch_moe_combine(const float* slot_out, int n, int kS, int H, float* moe_out, float* x,

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -401,7 +402,14 @@ int main(int argc, char** argv) {
     else if (k == "--pdl") a.pdl = v;
     else if (k == "--variants") a.variants = v;
     else if (k == "--breakdown") a.breakdown = std::stoi(v);
-    else if (k == "--hbm-gbps") a.hbm_gbps = std::stod(v);
+    else if (k == "--hbm-gbps") {
+      char* end = nullptr;
+      a.hbm_gbps = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(a.hbm_gbps > 0)) {
+        std::fprintf(stderr, "error: --hbm-gbps: '%s' is not a bandwidth in GB/s above 0\n", v.c_str());
+        return 2;
+      }
+    }
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

@@ -510,10 +510,8 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
     d.q_b = L.q_b.p, d.uk_t = L.uk_t.p, d.kv_b = L.kv_b.p, d.wt = L.q_b.wt;
     d.out = att_, d.out_stride = att_width_;
     if (mla_prefetch_moe()) {  // HBM idles through most of this launch: o_proj's, the router's and the
-      const size_t ws = wtype_size(L.o.wt);  // shared expert's weights come next
-      d.after.add(L.o.p, size_t(L.o.rows) * size_t(L.o.cols) * ws);
-      if (L.moe) d.after.add(L.router.p, size_t(L.router.rows) * size_t(L.router.cols) * wtype_size(L.router.wt));
-      if (L.moe) d.after.add(L.shared_expert, L.shared_expert_bytes);
+      d.after.add(L.o.p, L.o.bytes());  // shared expert's weights come next
+      if (L.moe) d.after.add(L.router.p, L.router.bytes()), d.after.add(L.shared_expert, L.shared_expert_bytes);
     }
     launch_mla_decode(d, rows, rope_, scale_, stream_);
     return;

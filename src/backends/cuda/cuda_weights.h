@@ -18,6 +18,7 @@ struct DMat {
   const void* p = nullptr;  // [rows, cols] in wt
   WType wt = WType::kF32;
   int rows = 0, cols = 0;
+  size_t bytes() const { return size_t(rows) * size_t(cols) * wtype_size(wt); }
 };
 
 struct DLayer {

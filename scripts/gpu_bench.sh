@@ -96,7 +96,7 @@ bench_run() {  # LABEL SPLIT LANES USERS KINDS TIMEOUT
     --split-peer bench-split --split-share "$sp" --peer-spin-limit 2000 --host-wait "${HOST_WAIT:-auto}" \
     --lanes "$lanes" --users "$users" --kinds "$kinds" \
     --corpus "$corpus" --tokens "${TOKENS:-24}" --out-dir "$out" --label "$label" \
-    --machine "H200 box: $(nproc)-core host" > "$out/bench-$label.txt" 2> "$out/bench-$label.log"
+    --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) box: $(nproc)-core host" > "$out/bench-$label.txt" 2> "$out/bench-$label.log"
   log "bench $label (lanes $lanes, split $sp): exit $? in $(( $(date +%s) - t0 )) s"
   stop_peers
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,8 @@
 #ifdef TANDEM_HAVE_CUDA
 #include "backends/cuda/cuda_engine.h"
 #endif
+#include "core/bandwidth.h"
+#include "core/thread_pool.h"
 #include "engine/generate.h"
 #include "io/corpus.h"
 #include "io/tokenizer.h"
@@ -93,6 +96,43 @@ std::string command_line() {
     start = end + 1;
   }
   return out;
+}
+
+// Fills the bandwidths left 0 by measuring them on this machine (the GPU's reads of its HBM and of
+// mapped host memory over the link, the CPU's of its DRAM with `threads` threads), and marks the paths
+// the lanes do not use. Takes a few seconds; says so on stderr.
+void measure_bandwidths(bench::Bandwidths& bw, const std::string& device, int threads, bool link_used, bool dram_used) {
+  const bool cpu = device == "cpu";
+  if (cpu) link_used = false, dram_used = true;
+  const auto need = [](double& gbps, std::string& source, bool used) {
+    if (!used) {
+      source = "not used";
+      return false;
+    }
+    source = gbps > 0 ? "command line" : "measured";
+    return gbps == 0;
+  };
+  const bool hbm = need(bw.hbm_gbps, bw.hbm_source, !cpu), link = need(bw.link_gbps, bw.link_source, link_used),
+             dram = need(bw.dram_gbps, bw.dram_source, dram_used);
+  if (!hbm && !link && !dram) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  fmt::print(stderr, "bench: measuring read bandwidths ({}{}{})...\n", hbm ? "HBM " : "", link ? "link " : "",
+             dram ? "DRAM" : "");
+  if (dram) {
+    ThreadPool pool(threads);
+    bw.dram_gbps = dram_read_bandwidth_gbps(pool);
+  }
+#ifdef TANDEM_HAVE_CUDA
+  if (hbm || link) {
+    const int dev = parse_cuda_device(device).value_or(0);
+    if (hbm) bw.hbm_gbps = cuda_read_bandwidth_gbps(dev);
+    if (link) bw.link_gbps = cuda_host_read_bandwidth_gbps(dev);
+  }
+#else
+  if (hbm || link) fail("--device {}: this build has no CUDA backend to measure the GPU's bandwidths with", device);
+#endif
+  fmt::print(stderr, "bench: HBM {:.0f}, link {:.1f}, DRAM {:.1f} GB/s ({:.1f} s)\n", bw.hbm_gbps, bw.link_gbps,
+             bw.dram_gbps, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 nlohmann::json machine_info(const Opts& o) {
@@ -286,7 +326,8 @@ int run(Opts o) {
   if (o.probe_tokens == 0) o.probe_tokens = o.tokens;
   if (o.warmup_tokens < 1 || o.probe_tokens < 2) fail("--warmup-tokens must be >= 1 and --probe-tokens >= 2");
   for (double g : {o.bw.hbm_gbps, o.bw.dram_gbps, o.bw.link_gbps})
-    if (!(g > 0)) fail("bandwidths (--hbm-gbps, --dram-gbps, --link-gbps) must be > 0");
+    if (!(g >= 0) || !std::isfinite(g))
+      fail("bandwidths (--hbm-gbps, --dram-gbps, --link-gbps) must be > 0 GB/s, or 0 to measure them");
   std::vector<std::string> distinct;
   for (const std::string& l : o.lanes)
     if (std::find(distinct.begin(), distinct.end(), l) == distinct.end()) distinct.push_back(l);
@@ -310,6 +351,9 @@ int run(Opts o) {
   std::map<std::string, std::vector<std::vector<int32_t>>> prompts;
   for (const std::string& kind : o.kinds)
     prompts[kind] = prompts_of(docs, kind, tok, o.prompt_tokens, size_t(max_users), o.corpus);
+
+  measure_bandwidths(o.bw, o.model.device, o.model.threads, wants("host") || wants("peer") || wants("split"),
+                     wants("peer") || wants("split"));
 
   std::map<std::string, Runtime> runtimes;
   for (const std::string& lane : distinct) {
@@ -357,9 +401,6 @@ int run(Opts o) {
   for (const std::string& l : o.lanes)  // what --host-wait (auto by default) came to on each lane
     report.options["host_wait_by_lane"][l] = host_wait_sleeps(o.model.host_wait, l) ? "sleep" : "spin";
   report.bandwidths = o.bw;
-  const bench::Bandwidths defaults;
-  report.bandwidths_default = o.bw.hbm_gbps == defaults.hbm_gbps && o.bw.dram_gbps == defaults.dram_gbps &&
-                              o.bw.link_gbps == defaults.link_gbps;
   for (const std::string& lane : distinct)
     if (lane == "peer" && !snapshot(runtimes.at(lane)))
       report.notes.push_back(fmt::format("lane peer on {}: the runtime exposes no handoff counters yet; wait, overrun "
@@ -455,9 +496,14 @@ RunFn setup(CLI::App& app) {
   app.add_option("--out-dir", o->out_dir, "Where the JSON, Markdown and SVG go (default bench/results)");
   app.add_option("--label", o->label, "Name in the file names and titles (default: the model folder's name)");
   app.add_option("--machine", o->machine, "Free text about the machine, stored with the results");
-  app.add_option("--hbm-gbps", o->bw.hbm_gbps, "HBM bandwidth for the bound, GB/s (default 4400, H200 measured)");
-  app.add_option("--link-gbps", o->bw.link_gbps, "PCIe link bandwidth for the bound, GB/s (default 51, H200 box)");
-  app.add_option("--dram-gbps", o->bw.dram_gbps, "CPU DRAM bandwidth for the bound, GB/s (default 80, H200 box)");
+  app.add_option("--hbm-gbps", o->bw.hbm_gbps,
+                 "GPU HBM read bandwidth for the bound, GB/s (default 0: measured at start, 2 GiB read once)");
+  app.add_option("--link-gbps", o->bw.link_gbps,
+                 "PCIe link bandwidth for the bound, GB/s (default 0: measured at start, the GPU reading 512 MiB of "
+                 "mapped host memory)");
+  app.add_option("--dram-gbps", o->bw.dram_gbps,
+                 "CPU DRAM read bandwidth for the bound, GB/s (default 0: measured at start, 2 GiB read by --threads "
+                 "threads)");
   return [o] { return run(*o); };
 }
 

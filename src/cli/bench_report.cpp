@@ -36,9 +36,8 @@ std::optional<double> relative_spread(std::span<const double> values) {
 }
 
 double bound_ms(const PathBytes& b, const Bandwidths& bw) {
-  const double hbm = b.hbm / (bw.hbm_gbps * 1e9), dram = b.dram / (bw.dram_gbps * 1e9),
-               link = b.link / (bw.link_gbps * 1e9);
-  return std::max({hbm, dram, link}) * 1e3;
+  const auto time = [](double bytes, double gbps) { return bytes > 0 ? bytes / (gbps * 1e9) : 0.0; };
+  return std::max({time(b.hbm, bw.hbm_gbps), time(b.dram, bw.dram_gbps), time(b.link, bw.link_gbps)}) * 1e3;
 }
 
 CellSummary summarize(const Cell& cell) {
@@ -162,11 +161,13 @@ std::vector<int64_t> distinct_users(const Report& r) {
 }
 
 std::string bandwidth_line(const Report& r) {
-  return fmt::format("Bound = max over paths of bytes / bandwidth, with HBM {} GB/s, CPU DRAM {} GB/s, PCIe link {} GB/s{}.",
-                     r.bandwidths.hbm_gbps, r.bandwidths.dram_gbps, r.bandwidths.link_gbps,
-                     r.bandwidths_default ? " (defaults: the figures measured on the H200 box, BRIEF 2026-12-02, not "
-                                            "measured in this run)"
-                                          : " (given on the command line)");
+  const Bandwidths& b = r.bandwidths;
+  const auto path = [](const char* name, double gbps, const std::string& source) {
+    return source == "not used" ? fmt::format("{} not used", name) : fmt::format("{} {:.0f} GB/s ({})", name, gbps, source);
+  };
+  return fmt::format("Bound = max over paths of bytes / bandwidth, with {}, {}, {}.",
+                     path("HBM", b.hbm_gbps, b.hbm_source), path("CPU DRAM", b.dram_gbps, b.dram_source),
+                     path("PCIe link", b.link_gbps, b.link_source));
 }
 
 }  // namespace
@@ -227,7 +228,10 @@ nlohmann::json to_json(const Report& report) {
            {{"hbm", report.bandwidths.hbm_gbps},
             {"dram", report.bandwidths.dram_gbps},
             {"link", report.bandwidths.link_gbps},
-            {"source", report.bandwidths_default ? "defaults from BRIEF (H200 box, measured 2026-12-02)" : "command line"}}},
+            {"source",
+             {{"hbm", report.bandwidths.hbm_source},
+              {"dram", report.bandwidths.dram_source},
+              {"link", report.bandwidths.link_source}}}}},
           {"definitions",
            {{"tokens_per_s", "users x decode steps / decode seconds (prefill excluded)"},
             {"spread", "(max - min) / mean of a lane's repeats in the cell"},

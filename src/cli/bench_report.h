@@ -28,9 +28,12 @@ struct PathBytes {
   double total() const { return hbm + dram + link; }
 };
 struct Bandwidths {
-  double hbm_gbps = 4400, dram_gbps = 80, link_gbps = 51;  // GB/s (1e9 bytes)
+  double hbm_gbps = 0, dram_gbps = 0, link_gbps = 0;  // GB/s (1e9 bytes); `tandem bench` measures those left 0
+  // How each was obtained: "measured" (at start, on this machine), "command line", or "not used".
+  std::string hbm_source = "command line", dram_source = "command line", link_source = "command line";
 };
-// The memory bound of a step: the paths run in parallel, so max over paths of bytes / bandwidth, in ms.
+// The memory bound of a step: the paths run in parallel, so max over paths of bytes / bandwidth, in ms
+// (a path without bytes counts 0 whatever its bandwidth).
 double bound_ms(const PathBytes& bytes, const Bandwidths& bw);
 
 // The shared-memory lane's counters over the decode phase of one timed run (deltas).
@@ -100,7 +103,6 @@ struct Report {
   nlohmann::json machine;  // hostname, nproc, cpu, gpu, ...
   nlohmann::json options;  // lanes, users, kinds, tokens, ...
   Bandwidths bandwidths;
-  bool bandwidths_default = true;
   std::vector<Cell> cells;
   std::vector<std::string> notes;  // caveats printed with every rendering
 };

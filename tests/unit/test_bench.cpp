@@ -93,13 +93,16 @@ TEST(BenchStats, SpreadAndBound) {
   EXPECT_FALSE(bench::relative_spread(std::vector<double>{}));
   EXPECT_FALSE(bench::relative_spread(std::vector<double>{0, 0}));
 
-  bench::Bandwidths bw;  // 4400 / 80 / 51 GB/s
+  bench::Bandwidths bw;
+  bw.hbm_gbps = 4400, bw.dram_gbps = 80, bw.link_gbps = 51;
   bench::PathBytes b;
   b.hbm = 4.4e9;   // 1 ms
   b.link = 102e6;  // 2 ms
   b.dram = 40e6;   // 0.5 ms
   EXPECT_NEAR(bench::bound_ms(b, bw), 2.0, 1e-9);
   b.link = 0;
+  EXPECT_NEAR(bench::bound_ms(b, bw), 1.0, 1e-9);
+  bw.link_gbps = 0;  // a path without bytes counts 0, whatever its bandwidth (not measured: 0)
   EXPECT_NEAR(bench::bound_ms(b, bw), 1.0, 1e-9);
 }
 
@@ -168,6 +171,7 @@ bench::Report sample_report() {
   r.command = "tandem bench --model /m --lanes host,peer,host";
   r.machine = {{"hostname", "box"}, {"nproc", 16}};
   r.options = {{"tokens", 8}};
+  r.bandwidths = {4400, 80, 51, "measured", "command line", "not used"};
   for (const char* kind : {"prose", "a<b&c"}) {
     for (int64_t users : {1, 8}) {
       bench::Cell cell{kind, users, {}};
@@ -192,6 +196,9 @@ TEST(BenchReport, Json) {
   auto j = bench::to_json(sample_report());
   EXPECT_EQ(j["schema"], "tandem-bench/1");
   EXPECT_EQ(j["bandwidths_gbps"]["hbm"], 4400.0);
+  EXPECT_EQ(j["bandwidths_gbps"]["source"]["hbm"], "measured");
+  EXPECT_EQ(j["bandwidths_gbps"]["source"]["dram"], "command line");
+  EXPECT_EQ(j["bandwidths_gbps"]["source"]["link"], "not used");
   ASSERT_EQ(j["cells"].size(), 4u);
   const auto& cell = j["cells"][1];
   EXPECT_EQ(cell["users"], 8);
@@ -219,7 +226,9 @@ TEST(BenchReport, MarkdownHasTheRatioTableAndEveryCell) {
   EXPECT_NE(md.find("| a<b&c | 8 | peer |"), std::string::npos) << md;
   EXPECT_NE(md.find("<16 / <64"), std::string::npos) << md;
   EXPECT_NE(md.find("n/a"), std::string::npos) << md;  // host lanes have no counters
-  EXPECT_NE(md.find("defaults"), std::string::npos) << md;
+  EXPECT_NE(md.find("HBM 4400 GB/s (measured), CPU DRAM 80 GB/s (command line), PCIe link not used"),
+            std::string::npos)
+      << md;
   EXPECT_NE(md.find("- a note"), std::string::npos) << md;
 }
 
@@ -350,6 +359,12 @@ TEST_F(BenchCli, LocalPeerLocalWritesJsonMarkdownAndSvg) {
   EXPECT_NE(j["command"].get<std::string>().find("--lanes local,peer,local"), std::string::npos) << j["command"];
   EXPECT_EQ(j["device"], "cpu");
   EXPECT_GT(j["machine"]["nproc"].get<int>(), 0);
+  // On the CPU only DRAM is a path, and with no --dram-gbps its bandwidth was measured at start.
+  EXPECT_EQ(j["bandwidths_gbps"]["source"]["dram"], "measured");
+  EXPECT_GT(j["bandwidths_gbps"]["dram"].get<double>(), 0.1);
+  EXPECT_EQ(j["bandwidths_gbps"]["source"]["hbm"], "not used");
+  EXPECT_EQ(j["bandwidths_gbps"]["source"]["link"], "not used");
+  EXPECT_NE(r.err.find("measuring read bandwidths"), std::string::npos) << r.err;
   ASSERT_EQ(j["cells"].size(), 2u);
   for (size_t c = 0; c < 2; ++c) {
     const auto& cell = j["cells"][c];
@@ -404,7 +419,8 @@ TEST_F(BenchCli, BadInputFailsBeforeAnyRun) {
       {{"--lanes", "local", "--kinds", "code_c"}, "no document of this kind"},
       {{"--lanes", "local", "--kinds", "prose", "--users", "0"}, "--users: 0"},
       {{"--lanes", "local", "--kinds", "prose", "--tokens", "1"}, "--tokens 1"},
-      {{"--lanes", "local", "--kinds", "prose", "--link-gbps", "0"}, "must be > 0"},
+      {{"--lanes", "local", "--kinds", "prose", "--link-gbps", "-1"}, "must be > 0"},
+      {{"--lanes", "local", "--kinds", "prose", "--dram-gbps", "inf"}, "must be > 0"},
   };
   for (const Case& c : cases) {
     auto r = test::run_tandem(args(c.extra));

@@ -1,6 +1,7 @@
-// The device's measured read bandwidth: the HBM bound of bench_gpu_decode. Declared in cuda_engine.h
-// (not included here: nvcc compiles kernels and launchers only).
+// Measured read bandwidths of the device (HBM) and of the link (mapped pinned host memory): the bounds of
+// bench_gpu_decode and `tandem bench`. Declared in cuda_engine.h (nvcc compiles kernels and launchers only).
 #include <algorithm>
+#include <cstring>
 
 #include "backends/cuda/cuda_common.cuh"
 
@@ -19,16 +20,9 @@ __global__ void read_kernel(const uint4* p, size_t n, uint4* sink) {
   if (acc == 0x9e3779b9u) sink[0] = make_uint4(acc, 0, 0, 0);
 }
 
-}  // namespace
-}  // namespace cuda
-
-double cuda_read_bandwidth_gbps(int device, size_t bytes) {
-  using namespace cuda;
-  TANDEM_CUDA_CHECK(cudaSetDevice(device));
-  bytes = std::max<size_t>(bytes / 16 * 16, 16);
-  void* buf = nullptr;
-  TANDEM_CUDA_CHECK(cudaMalloc(&buf, bytes + 16));
-  TANDEM_CUDA_CHECK(cudaMemset(buf, 0x5a, bytes + 16));
+// GB/s of read_kernel over [p, p + bytes) (device-accessible, bytes a multiple of 16 with 16 more
+// after it for the sink): the best of five timed passes after a warm-up.
+double time_reads(int device, void* buf, size_t bytes) {
   int sms = 0;
   TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   cudaEvent_t t0, t1;
@@ -49,8 +43,36 @@ double cuda_read_bandwidth_gbps(int device, size_t bytes) {
   }
   TANDEM_CUDA_CHECK(cudaEventDestroy(t0));
   TANDEM_CUDA_CHECK(cudaEventDestroy(t1));
-  TANDEM_CUDA_CHECK(cudaFree(buf));
   return double(bytes) / (double(best) * 1e-3) / 1e9;
+}
+
+}  // namespace
+}  // namespace cuda
+
+double cuda_read_bandwidth_gbps(int device, size_t bytes) {
+  using namespace cuda;
+  TANDEM_CUDA_CHECK(cudaSetDevice(device));
+  bytes = std::max<size_t>(bytes / 16 * 16, 16);
+  void* buf = nullptr;
+  TANDEM_CUDA_CHECK(cudaMalloc(&buf, bytes + 16));
+  TANDEM_CUDA_CHECK(cudaMemset(buf, 0x5a, bytes + 16));
+  const double gbps = time_reads(device, buf, bytes);
+  TANDEM_CUDA_CHECK(cudaFree(buf));
+  return gbps;
+}
+
+double cuda_host_read_bandwidth_gbps(int device, size_t bytes) {
+  using namespace cuda;
+  TANDEM_CUDA_CHECK(cudaSetDevice(device));
+  bytes = std::max<size_t>(bytes / 16 * 16, 16);
+  void* host = nullptr;
+  TANDEM_CUDA_CHECK(cudaHostAlloc(&host, bytes + 16, cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(host, 0x5a, bytes + 16);
+  void* dev = nullptr;
+  TANDEM_CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
+  const double gbps = time_reads(device, dev, bytes);
+  TANDEM_CUDA_CHECK(cudaFreeHost(host));
+  return gbps;
 }
 
 }  // namespace tandem

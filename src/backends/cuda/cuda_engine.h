@@ -64,6 +64,9 @@ int cuda_device_count();
 // The device's read bandwidth in GB/s (1e9 bytes), measured: a kernel streaming `bytes` of its memory
 // once (16-byte loads over 4 blocks a multiprocessor), the best of five timed passes after a warm-up.
 double cuda_read_bandwidth_gbps(int device, size_t bytes = size_t(2) << 30);
+// The link's: the same kernel reading `bytes` of mapped pinned host memory, as the host lane's expert
+// kernels read its cold experts (zero-copy over PCIe).
+double cuda_host_read_bandwidth_gbps(int device, size_t bytes = size_t(512) << 20);
 // Per MoE layer, the round(fraction · n_expert) highest expert ids (a stand-in placement until a
 // planned rowmap is given). fraction in [0, 1], else InputError.
 std::vector<std::vector<int32_t>> cold_tail(const ModelConfig& cfg, double fraction);

@@ -195,6 +195,31 @@ TEST_P(CudaOracle, EvictFirstExpertLoadsChangeNoBits) {
   EXPECT_EQ(run_generate(*host, 2), ref);
 }
 
+// Every kernel asking for one shared-memory / L1 split (CudaKernelPolicy::smem_carveout, launch.cuh)
+// is a scheduling hint: the same bits as the driver's choice per kernel, graphs replayed and eager.
+TEST_P(CudaOracle, SharedMemoryCarveoutChangesNoBits) {
+  auto model = Model::load(test::oracle_dir(GetParam()));
+  CudaOptions eager_opt;
+  eager_opt.graphs = false;
+  auto gpu = make_cuda_engine(*model, {}, {});
+  auto eager = make_cuda_engine(*model, {}, eager_opt);
+  const CudaKernelPolicy before = cuda_kernel_policy();
+  const auto ref = run_generate(*gpu, 2);
+  for (int percent : {-1, 0, 100}) {
+    CudaKernelPolicy p = before;
+    p.smem_carveout = percent;
+    cuda_set_kernel_policy(*gpu, p);
+    cuda_set_kernel_policy(*eager, p);
+    EXPECT_EQ(run_generate(*gpu, 2), ref) << percent;
+    EXPECT_EQ(run_generate(*gpu, 2), ref) << percent;  // graphs replayed
+    EXPECT_EQ(run_generate(*eager, 2), ref) << percent;
+  }
+  cuda_set_kernel_policy(*gpu, before);
+  CudaKernelPolicy bad = before;
+  bad.smem_carveout = 101;
+  EXPECT_THROW(cuda_set_kernel_policy(*gpu, bad), InputError);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOracle,
                          ::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32", "deepseekv3_f32"));
 

@@ -2,6 +2,10 @@
 // (see cuda_common.cuh and launch.cuh).
 #include "backends/cuda/cuda_common.cuh"
 
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+
 #include "backends/cuda/launch.cuh"
 #include "core/error.h"
 
@@ -14,6 +18,31 @@ thread_local bool t_pdl = false;
 bool pdl_enabled() { return t_pdl; }
 PdlScope::PdlScope(bool on) : prev_(t_pdl) { t_pdl = on; }
 PdlScope::~PdlScope() { t_pdl = prev_; }
+
+namespace {
+std::atomic<int> g_carveout{-1};
+std::mutex g_carveout_mu;
+std::unordered_map<const void*, int>& carveout_applied() {
+  static std::unordered_map<const void*, int> applied;  // kernel -> the value last set (absent: -1)
+  return applied;
+}
+}  // namespace
+
+void set_smem_carveout(int percent) {
+  TANDEM_CUDA_REQUIRE(percent >= -1 && percent <= 100, "shared-memory carveout: not -1 (default) or 0 to 100 percent");
+  g_carveout = percent;
+}
+int smem_carveout() { return g_carveout.load(); }
+
+void apply_smem_carveout(const void* kernel) {
+  const int want = g_carveout.load();
+  const std::lock_guard<std::mutex> lock(g_carveout_mu);
+  auto& applied = carveout_applied();
+  const auto it = applied.find(kernel);
+  if ((it == applied.end() ? -1 : it->second) == want) return;
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, want));
+  applied[kernel] = want;
+}
 
 void cuda_check_failed(const char* expr, cudaError_t err, const char* file, int line) {
   detail::assert_fail(file, line, expr, fmt::format("CUDA error {}: {}", int(err), cudaGetErrorString(err)));

@@ -119,6 +119,7 @@ struct CudaKernelPolicy {
   bool moe_route_in_gate_up = true;
   bool mla_prefetch_moe = true;
   bool expert_evict_first = true;
+  int smem_carveout = -1;  // every kernel's shared-memory split, percent (-1: the driver's choice; launch.cuh)
 };
 CudaKernelPolicy cuda_kernel_policy();
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p);

@@ -37,6 +37,15 @@ void trace_before(LaunchTrace* t, const void* kernel, dim3 grid, cudaStream_t st
 void trace_after(LaunchTrace* t, cudaStream_t stream);
 // One thread spinning for `cycles` SM clock cycles (kernel_profile's head start for the host).
 void launch_delay(long long cycles, cudaStream_t stream);
+// The shared-memory / L1 split every launch_kernel() asks for, in percent of the most shared memory
+// (CudaKernelPolicy::smem_carveout; -1: the driver's choice per kernel, the default). An SM runs blocks
+// of one split at a time, so two kernels in a row with different splits cannot share SMs: the next
+// one's blocks wait for the SMs to drain even under PDL. One split for every kernel lets them overlap.
+void set_smem_carveout(int percent);
+int smem_carveout();
+// Sets the kernel's carveout attribute to smem_carveout() if it was last set to something else.
+void apply_smem_carveout(const void* kernel);
+
 // How many times launch_kernel() issues this kernel on this grid: 1, or 2 while a KernelRepeat
 // (cuda_engine.h) of the calling thread names it (a diagnostic: a step's time with the kernel twice,
 // less its time with it once, is the kernel's share of the step's critical path).
@@ -67,6 +76,7 @@ void launch_kernel_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t s
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
+  apply_smem_carveout(reinterpret_cast<const void*>(kernel));
   LaunchTrace* trace = launch_trace();
   const int times = launch_times(reinterpret_cast<const void*>(kernel), grid);
   for (int i = 0; i < times; ++i) {

@@ -21,6 +21,7 @@ PdlScope::~PdlScope() { t_pdl = prev_; }
 
 namespace {
 std::atomic<int> g_carveout{-1};
+std::atomic<bool> g_carveout_touched{false};  // a kernel's attribute was ever set: -1 must be put back
 std::mutex g_carveout_mu;
 std::unordered_map<const void*, int>& carveout_applied() {
   static std::unordered_map<const void*, int> applied;  // kernel -> the value last set (absent: -1)
@@ -36,12 +37,14 @@ int smem_carveout() { return g_carveout.load(); }
 
 void apply_smem_carveout(const void* kernel) {
   const int want = g_carveout.load();
+  if (want == -1 && !g_carveout_touched.load()) return;  // the default: no lock, no lookup per launch
   const std::lock_guard<std::mutex> lock(g_carveout_mu);
   auto& applied = carveout_applied();
   const auto it = applied.find(kernel);
   if ((it == applied.end() ? -1 : it->second) == want) return;
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, want));
   applied[kernel] = want;
+  g_carveout_touched = true;
 }
 
 void cuda_check_failed(const char* expr, cudaError_t err, const char* file, int line) {

@@ -40,7 +40,8 @@ void launch_delay(long long cycles, cudaStream_t stream);
 // The shared-memory / L1 split every launch_kernel() asks for, in percent of the most shared memory
 // (CudaKernelPolicy::smem_carveout; -1: the driver's choice per kernel, the default). An SM runs blocks
 // of one split at a time, so two kernels in a row with different splits cannot share SMs: the next
-// one's blocks wait for the SMs to drain even under PDL. One split for every kernel lets them overlap.
+// one's blocks wait for the SMs to drain even under PDL. A diagnostic knob: one split for every kernel
+// measured no faster at one sequence on an H100 (bench/RESULTS.md, 2026-12-06).
 void set_smem_carveout(int percent);
 int smem_carveout();
 // Sets the kernel's carveout attribute to smem_carveout() if it was last set to something else.

@@ -272,7 +272,7 @@ void CpuEngine::attention_mla(int64_t layer, const float* h, float* out) {
   const int64_t kvw = lora + rope;
   q_.resize(size_t(n * nh * qk));
   if (c.q_lora_rank > 0) {
-    tmp_.resize(std::max(tmp_.size(), size_t(n * c.q_lora_rank)));
+    // Not tmp_: `out` points into it (a resize would leave it dangling where q_lora > hidden).
     std::vector<float>& qa = ffn_;  // free until the FFN runs
     qa.resize(std::max(qa.size(), size_t(n * c.q_lora_rank)));
     cpu::matmul(h, n, a.q_a, qa.data(), pool_);

@@ -4,6 +4,7 @@
 
 #include "engine/generate.h"
 #include "engine/verify.h"
+#include "models/synth.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -62,6 +63,35 @@ TEST_P(Oracle, BatchingDoesNotChangeAnswers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Oracle,
                          ::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32", "deepseekv3_f32"));
+
+// MLA with q_lora wider than the hidden size (q_a's rows outgrow the engine's hidden-sized scratch):
+// an engine's first prefill gives the same logits as one whose buffers a bigger batch already grew.
+// Until 2026-12-06 the first one wrote the attention output through a pointer into a buffer it had
+// just reallocated (found by the CUDA engine disagreeing with the CPU on such a shape).
+TEST(CpuEngineBuffers, WideQLoraFirstStepMatchesAWarmEngine) {
+  test::TempDir tmp;
+  nlohmann::json cfg = synth_preset_config("tiny");
+  cfg["q_lora_rank"] = 4 * cfg["hidden_size"].get<int>();
+  SynthOptions so;
+  so.seed = 11;
+  write_synthetic_model(cfg, tmp.path, so);
+  auto model = Model::load(tmp.path);
+  GenerateRequest r;
+  r.prompt = {5, 17, 99, 3, 250, 7};
+  r.max_tokens = 3;
+  GenerateOptions o;
+  o.keep_logits = true;
+  CpuEngine fresh(*model);
+  const auto got = generate(fresh, std::span<const GenerateRequest>(&r, 1), o).at(0);
+  CpuEngine warm(*model);
+  std::vector<GenerateRequest> big(2, r);
+  big[0].prompt.resize(32, 9);
+  big[1].prompt.resize(40, 4);
+  generate(warm, big, o);
+  const auto want = generate(warm, std::span<const GenerateRequest>(&r, 1), o).at(0);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.logits, want.logits);
+}
 
 TEST(OracleCli, VerifyPrintsPassAndFailsOnForeignReference) {
   const std::string q = test::oracle_dir("qwen3moe_f32");

@@ -6,7 +6,9 @@
 # holding bin/ (binaries built on the development machine), lib/ (their shared libraries) and shared/
 # (fixtures/oracle, fixtures/tokenizer, corpus). Logs and results go to $OUT.
 # Usage: scripts/gpu_bench.sh CARRY_DIR
-# Knobs (environment): SKEW (router skew, default 0), LANES (default host,peer,split,host), SPLIT (the
+# Knobs (environment): SKEW (router skew, default 0), LANES (default host,peer,split,host; on a GPU of
+# less than 100 GB a list with both peer and split runs as two bracketed runs, A,peer,A and A,split,A:
+# three engines of flash-mini do not fit 80 GB), SPLIT (the
 # split lane's link share, default 0.4), USERS, KINDS, TOKENS, SWEEP ("0.3 0.5": extra host,split,host
 # runs at those splits, 1 and 32 users, prose), DECODE (1: bench_gpu_decode, local lane), PDL (passed
 # to bench_gpu_decode --pdl: 0, 1 or both), DECODE_PROMPTS (its prompt lengths, default 16), BREAKDOWN (N: bench_gpu_decode --breakdown N, the local lane's
@@ -153,7 +155,21 @@ for sp in ${SWEEP:-}; do
   bench_run "sweep-split$sp" "$sp" host,split,host 1,32 prose 120
 done
 if [ -z "${SKIP_BENCH:-}" ]; then
-  bench_run flash-mini "$split" "${LANES:-host,peer,split,host}" "${USERS:-1,8,16,32}" \
+  lanes=${LANES:-host,peer,split,host}
+  gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  a=${lanes%%,*}
+  case ",$lanes," in
+    *,peer,*split,*|*,split,*peer,*)
+      if [ "${gpu_mib:-0}" -lt 100000 ]; then
+        # Each lane's engine holds its own copy of the hot weights: three engines of flash-mini do
+        # not fit an 80 GB card, so the peer and the split lane each get a bracketed run of their own.
+        log "GPU has ${gpu_mib} MiB: lanes $lanes as $a,peer,$a and $a,split,$a"
+        bench_run flash-mini-peer "$split" "$a,peer,$a" "${USERS:-1,8,16,32}" "${KINDS:-prose,code_python,code_c,json,shell}" 400
+        bench_run flash-mini-split "$split" "$a,split,$a" "${USERS:-1,8,16,32}" "${KINDS:-prose,code_python,code_c,json,shell}" 400
+        lanes=""
+      fi ;;
+  esac
+  [ -n "$lanes" ] && bench_run flash-mini "$split" "$lanes" "${USERS:-1,8,16,32}" \
     "${KINDS:-prose,code_python,code_c,json,shell}" 400
 fi
 if [ -z "${SKIP_BENCH:-}" ] && [ -z "${SKIP_CHECK:-}" ]; then

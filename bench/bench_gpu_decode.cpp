@@ -64,6 +64,7 @@ constexpr double kPcie = 51e9;  // the H200 box's link, measured (BRIEF)
 //   ef0|1    the expert kernels' weight loads evict-first in L2 (ef1, the default) or evict-normal (ef0)
 //   coN      every kernel asks for N% of the most shared memory as its shared-memory / L1 split
 //            (launch.cuh; the default lets the driver choose per kernel)
+//   cl4|8|16 the fused MLA decode's blocks per (row, head) cluster (default 8; mla_decode.cuh)
 //   x2:NAME  kernels whose name contains NAME are launched twice (KernelRepeat): the step's time
 //            less the reference's is their share of the critical path (the results are wrong)
 struct Variant {
@@ -103,8 +104,9 @@ Variant parse_variant(const std::string& spec, const CudaKernelPolicy& defaults)
     else if (t.rfind("co", 0) == 0) {
       v.policy.smem_carveout = number(2);
       if (v.policy.smem_carveout > 100) fail("--variants: '{}': the carveout is a percent (0 to 100)", t);
-    } else if (t.rfind("x2:", 0) == 0 && t.size() > 3) v.twice = t.substr(3);
-    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, count, mmaN, ks0|1|2|4, nprep, ktN, chunkN, prep, fusedN, route0|1, pfm0|1, ef0|1, coN, x2:NAME)", t);
+    } else if (t == "cl4" || t == "cl8" || t == "cl16") v.policy.mla_cluster = number(2);
+    else if (t.rfind("x2:", 0) == 0 && t.size() > 3) v.twice = t.substr(3);
+    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, count, mmaN, ks0|1|2|4, nprep, ktN, chunkN, prep, fusedN, route0|1, pfm0|1, ef0|1, coN, cl4|8|16, x2:NAME)", t);
   }
   return v;
 }
@@ -351,6 +353,7 @@ int run(const Args& a) {
                         {"moe_route_in_gate_up", v.policy.moe_route_in_gate_up},
                         {"mla_prefetch_moe", v.policy.mla_prefetch_moe},
                         {"smem_carveout", v.policy.smem_carveout},
+                        {"mla_cluster", v.policy.mla_cluster},
                         {"expert_evict_first", v.policy.expert_evict_first}});
         table.push_back(fmt::format("{:<6} {:>3} {:>3} {:>9.3f} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}", lane,
                                     B, pdl ? "on" : "off", ms, B / ms * 1e3, bytes / 1e9, double(cold_b) / 1e9, hbm_ms,

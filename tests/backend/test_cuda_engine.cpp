@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/mla_decode.cuh"
@@ -231,10 +232,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOracle,
 class CudaLongMla : public ::testing::TestWithParam<int> {};
 
 // A two-layer MLA model at the benchmark's widths with n_head heads, written to dir.
-std::unique_ptr<Model> long_mla_model(int n_head, const std::string& dir) {
+std::unique_ptr<Model> long_mla_model(int n_head, const std::string& dir, int q_lora = 96) {
   nlohmann::json cfg = synth_preset_config("tiny");
   cfg.update({{"hidden_size", 256}, {"num_hidden_layers", 2}, {"num_attention_heads", n_head},
-              {"num_key_value_heads", n_head}, {"q_lora_rank", 96}, {"kv_lora_rank", 512},
+              {"num_key_value_heads", n_head}, {"q_lora_rank", q_lora}, {"kv_lora_rank", 512},
               {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128}});
   SynthOptions so;
   so.seed = 5;
@@ -265,18 +266,22 @@ TEST_P(CudaLongMla, MatchesCpuEngine) {
   // shorter than the others), each row's new cache entry built inside attention (the default) and by
   // mla_prep.
   const CudaKernelPolicy before = cuda_kernel_policy();
+  // The fused launch also in clusters of 8 and 16 blocks (mla_cluster; default 4).
   struct Case {
     int chunk;
     bool fresh;
     int fused;
+    int cluster = 4;
   };
-  for (const Case k : {Case{16, true, 1}, {16, true, 0}, {5, true, 0}, {1, true, 0}, {16, false, 0}, {5, false, 0},
-                       {1, false, 0}}) {
-    SCOPED_TRACE(fmt::format("chunk {}, fresh rows {}, fused rows {}", k.chunk, k.fresh, k.fused));
+  for (const Case k : {Case{16, true, 1}, {16, true, 1, 8}, {16, true, 1, 16}, {16, true, 0}, {5, true, 0},
+                       {1, true, 0}, {16, false, 0}, {5, false, 0}, {1, false, 0}}) {
+    SCOPED_TRACE(fmt::format("chunk {}, fresh rows {}, fused rows {}, cluster {}", k.chunk, k.fresh, k.fused,
+                             k.cluster));
     CudaKernelPolicy p = before;
     p.mla_min_chunk = k.chunk;
     p.mla_fresh_rows = k.fresh;
     p.mla_fused_rows = k.fused;
+    p.mla_cluster = k.cluster;
     cuda_set_kernel_policy(*gpu, p);
     const auto got = run_long_mla(*gpu, 520, 6);
     EXPECT_EQ(got.tokens, ref.tokens);
@@ -301,6 +306,43 @@ TEST(CudaFusedMla, DecodeAcrossTheLongContextBound) {
     EXPECT_EQ(got.tokens, ref.tokens) << "pass " << pass;
     ASSERT_EQ(got.logits.size(), ref.logits.size());
     EXPECT_LT(max_rel_err(got.logits.data(), ref.logits.data(), int64_t(ref.logits.size())), 1e-4) << "pass " << pass;
+  }
+}
+
+// The fused decode's cluster size: the policy's (4 by default, or 8) where a block of that size fits
+// kMlaDecodeMaxSmem, the portable 8 where it would not (DeepSeek-V3's q_lora of 1536: a quarter of
+// the head's q_b rows alone is 147 KB in bf16); the launch's grid says which ran, and each run matches
+// the CPU engine (q_lora 768 and 1536 are wider than the hidden size, as no preset is).
+TEST(CudaFusedMla, ClusterSizeFollowsThePolicyWhereItFits) {
+  const CudaKernelPolicy before = cuda_kernel_policy();
+  ASSERT_EQ(before.mla_cluster, 4);
+  for (const int q_lora : {96, 768, 1536}) {
+    test::TempDir tmp;
+    auto model = long_mla_model(16, tmp.path, q_lora);
+    CpuEngine cpu(*model);
+    const auto ref = run_long_mla(cpu, 20, 3);
+    CudaOptions eager_opt;
+    eager_opt.graphs = false;
+    auto gpu = make_cuda_engine(*model, {}, eager_opt);
+    for (const int cluster : {4, 8}) {
+      SCOPED_TRACE(fmt::format("q_lora {}, cluster {}", q_lora, cluster));
+      CudaKernelPolicy p = before;
+      p.mla_cluster = cluster;
+      cuda_set_kernel_policy(*gpu, p);
+      KernelProfile profile;
+      const auto got = run_long_mla(*gpu, 20, 3);
+      profile.end_step();
+      EXPECT_EQ(got.tokens, ref.tokens);
+      ASSERT_EQ(got.logits.size(), ref.logits.size());
+      EXPECT_LT(max_rel_err(got.logits.data(), ref.logits.data(), int64_t(ref.logits.size())), 1e-4);
+      std::vector<std::string> fused;
+      for (const KernelTime& k : profile.totals())
+        if (k.name.find("mla_decode_kernel") != std::string::npos) fused.push_back(k.name);
+      ASSERT_EQ(fused.size(), 1u) << fmt::format("{}", fmt::join(fused, "; "));
+      const int want = q_lora == 1536 ? 8 : cluster;
+      EXPECT_NE(fused[0].find(fmt::format("[{}x16x1]", want)), std::string::npos) << fused[0];
+    }
+    cuda_set_kernel_policy(*gpu, before);
   }
 }
 
@@ -376,6 +418,8 @@ void expect_policy(const CudaKernelPolicy& got, const CudaKernelPolicy& want) {
   EXPECT_EQ(got.mla_min_chunk, want.mla_min_chunk);
   EXPECT_EQ(got.mla_fresh_rows, want.mla_fresh_rows);
   EXPECT_EQ(got.mla_fused_rows, want.mla_fused_rows);
+  EXPECT_EQ(got.smem_carveout, want.smem_carveout);
+  EXPECT_EQ(got.mla_cluster, want.mla_cluster);
 }
 
 // The kernel choices a benchmark may set: the defaults are the measured ones, bad values are input
@@ -384,7 +428,7 @@ TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
   auto model = Model::load(test::oracle_dir("deepseekv3_f32"));
   auto e = make_cuda_engine(*model, {}, {});
   const CudaKernelPolicy before = cuda_kernel_policy();
-  expect_policy(before, {4, false, 2, 0, false, 2, 16, true, 1});
+  expect_policy(before, {4, false, 2, 0, false, 2, 16, true, 1, true, true, true, -1, 4});
   using Set = void (*)(CudaKernelPolicy&, int);
   const std::vector<std::pair<Set, std::vector<int>>> bad = {
       {[](CudaKernelPolicy& p, int v) { p.expert_max_rows = v; }, {0, 3, 16}},
@@ -392,7 +436,9 @@ TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
       {[](CudaKernelPolicy& p, int v) { p.linear_row_split = v; }, {-1, 3, 8}},
       {[](CudaKernelPolicy& p, int v) { p.linear_split_target = v; }, {0, 65}},
       {[](CudaKernelPolicy& p, int v) { p.mla_min_chunk = v; }, {0, 1025}},
-      {[](CudaKernelPolicy& p, int v) { p.mla_fused_rows = v; }, {-1, 9}}};
+      {[](CudaKernelPolicy& p, int v) { p.mla_fused_rows = v; }, {-1, 9}},
+      {[](CudaKernelPolicy& p, int v) { p.smem_carveout = v; }, {-2, 101}},
+      {[](CudaKernelPolicy& p, int v) { p.mla_cluster = v; }, {0, 2, 6, 32}}};
   for (const auto& [set, values] : bad)
     for (int v : values) {
       CudaKernelPolicy p = before;
@@ -400,7 +446,7 @@ TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
       EXPECT_THROW(cuda_set_kernel_policy(*e, p), InputError) << v;
       expect_policy(cuda_kernel_policy(), before);
     }
-  const CudaKernelPolicy other{8, true, 0, 4, true, 3, 7, false, 4};
+  const CudaKernelPolicy other{8, true, 0, 4, true, 3, 7, false, 4, false, false, false, 50, 16};
   cuda_set_kernel_policy(*e, other);
   expect_policy(cuda_kernel_policy(), other);
   cuda_set_kernel_policy(*e, before);

@@ -666,7 +666,7 @@ CudaKernelPolicy cuda_kernel_policy() {
   const LinearPolicy l = linear_policy();
   return {e.max_rows,   e.by_count,      l.mma_min_rows, l.row_split, l.norm_prepass,
           l.split_target, mla_min_chunk(), mla_fresh(),    mla_fused_rows(), route_in_gate_up(),
-          mla_prefetch_moe(), expert_evict_first(), smem_carveout()};
+          mla_prefetch_moe(), expert_evict_first(), smem_carveout(), mla_cluster()};
 }
 
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
@@ -685,6 +685,8 @@ void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
     fail("fused MLA decode rows: {} is not 0 (never) to {}", p.mla_fused_rows, kLinearNormRows);
   if (p.smem_carveout < -1 || p.smem_carveout > 100)
     fail("shared-memory carveout: {} is not -1 (the driver's choice) or 0 to 100 percent", p.smem_carveout);
+  if (!(p.mla_cluster == 4 || p.mla_cluster == 8 || p.mla_cluster == 16))
+    fail("fused MLA decode cluster: {} blocks is not 4, 8 or 16", p.mla_cluster);
   cuda_drop_graphs(engine);
   set_expert_rows_policy({rows, p.expert_by_count});
   set_linear_policy({p.linear_mma_min_rows, split, p.linear_norm_prepass, p.linear_split_target});
@@ -695,6 +697,7 @@ void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
   set_mla_prefetch_moe(p.mla_prefetch_moe);
   set_expert_evict_first(p.expert_evict_first);
   set_smem_carveout(p.smem_carveout);
+  set_mla_cluster(p.mla_cluster);
 }
 
 std::optional<int> parse_cuda_device(std::string_view device) {

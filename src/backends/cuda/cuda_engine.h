@@ -120,6 +120,7 @@ struct CudaKernelPolicy {
   bool mla_prefetch_moe = true;
   bool expert_evict_first = true;
   int smem_carveout = -1;  // every kernel's shared-memory split, percent (-1: the driver's choice; launch.cuh)
+  int mla_cluster = 4;     // blocks per (row, head) of the fused MLA decode: 4, 8 or 16 (mla_decode.cuh)
 };
 CudaKernelPolicy cuda_kernel_policy();
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p);

@@ -1,4 +1,4 @@
-// The fused MLA decode step (see mla_decode.cuh): one cluster of kMlaCluster blocks per (row, head).
+// The fused MLA decode step (see mla_decode.cuh): one cluster of C blocks per (row, head) (mla_cluster()).
 // Block c of a cluster owns share c of each stage's outputs (q's columns, q_lat's columns, the
 // context's positions, the head's output columns); after each stage the cluster barrier publishes the
 // shares and every block reads the others' from their shared memory (distributed shared memory).
@@ -26,15 +26,15 @@ constexpr int kDecThreads = kDecWarps * kWarp;
 __host__ __device__ constexpr int pad4(int n) { return (n + 3) / 4 * 4; }
 
 // Shared memory of one block. Weights (in T, 16-byte aligned, copied in before the launch's wait):
-// wq [ceil(QK / kMlaCluster), q_width] this block's rows of q_b | wk [ceil(kv_lora / kMlaCluster), nope]
-// of W_uk transposed | wv [ceil(v_dim / kMlaCluster), kv_lora] of W_uv. Then floats: xq [q_width] q_a
+// wq [ceil(QK / C), q_width] this block's rows of q_b | wk [ceil(kv_lora / C), nope] of W_uk
+// transposed | wv [ceil(v_dim / C), kv_lora] of W_uv (C the blocks of a cluster). Then floats: xq [q_width] q_a
 // normalised | qh [nope + rope] the head's q | qv [kv_lora + rope] q_lat, then the rotated q_rope | fr
 // [kv_lora + rope] the row's new cache entry | wp [kDecWarps][kv_lora + 4] each warp's sums, max, sum |
 // bp [kv_lora + 4] the block's | ol [kv_lora]. Offsets in bytes.
 struct DecodeSmem {
   int wq, wk, wv, xq, qh, qv, fr, wp, wp_stride, bp, ol, total;
-  __host__ __device__ DecodeSmem(const MlaArgs& a, int w_size) {
-    const int W = a.kv_lora + a.rope, per = kMlaCluster;
+  __host__ __device__ DecodeSmem(const MlaArgs& a, int w_size, int per) {
+    const int W = a.kv_lora + a.rope;
     const auto rows = [per](int n) { return (n + per - 1) / per; };
     const auto bytes16 = [](int64_t b) { return int((b + 15) / 16 * 16); };
     wq = 0;
@@ -52,14 +52,19 @@ struct DecodeSmem {
   }
 };
 
-// Block c's share [b, e) of n outputs (consecutive shares of ceil(n / kMlaCluster); the last ones may be empty).
+// Block c's share [b, e) of n outputs among C blocks (consecutive shares of ceil(n / C); the last ones
+// may be empty).
 struct Share {
   int b, e;
 };
-__device__ __forceinline__ int share_size(int n) { return (n + kMlaCluster - 1) / kMlaCluster; }
+template <int C>
+__device__ __forceinline__ int share_size(int n) {
+  return (n + C - 1) / C;
+}
+template <int C>
 __device__ __forceinline__ Share share_of(int n, int c) {
-  const int b = min(n, c * share_size(n));
-  return {b, min(n, b + share_size(n))};
+  const int b = min(n, c * share_size<C>(n));
+  return {b, min(n, b + share_size<C>(n))};
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -124,9 +129,10 @@ __device__ __noinline__ void smem_gemv(const T* w, int K, int rows, const float*
   }
 }
 
-// Fills dst[i] for i in [0, n) outside this block's share from the owners' copies (share_of(n, ·)).
+// Fills dst[i] for i in [0, n) outside this block's share from the owners' copies (share_of<C>(n, ·)).
+template <int C>
 __device__ __forceinline__ void gather_shares(cg::cluster_group& cluster, float* dst, int n, int c) {
-  const int per = share_size(n);
+  const int per = share_size<C>(n);
   for (int i = threadIdx.x; i < n; i += kDecThreads) {
     const int owner = i / per;
     if (owner != c) dst[i] = *cluster.map_shared_rank(dst + i, owner);
@@ -175,7 +181,7 @@ __device__ __forceinline__ void fresh_row_block(const MlaArgs& a, int r, int pos
   }
 }
 
-template <class T, int NI>  // column pairs per lane: (kv_lora + rope) / 2 ≤ 32 · NI
+template <class T, int NI, int C>  // NI column pairs per lane: (kv_lora + rope) / 2 ≤ 32 · NI; C blocks a cluster
 __global__ void __launch_bounds__(kDecThreads)
     mla_decode_kernel(MlaDecodeArgs d, RowInfo rows, RopeTables rope, float scale) {
   const MlaArgs& a = d.a;
@@ -184,10 +190,10 @@ __global__ void __launch_bounds__(kDecThreads)
   const int h = blockIdx.y, r = blockIdx.z;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int Q = a.q_width, N = a.nope, P = a.rope, QK = N + P, L = a.kv_lora, W2 = (L + P) / 2, V = a.v_dim;
-  const Share qs = share_of(QK, c), ls = share_of(L, c), vs = share_of(V, c);
+  const Share qs = share_of<C>(QK, c), ls = share_of<C>(L, c), vs = share_of<C>(V, c);
   extern __shared__ float4 sm4[];
   char* sm = reinterpret_cast<char*>(sm4);
-  const DecodeSmem lay(a, int(sizeof(T)));
+  const DecodeSmem lay(a, int(sizeof(T)), C);
   const T* wq = reinterpret_cast<const T*>(sm + lay.wq);
   const T* wk = reinterpret_cast<const T*>(sm + lay.wk);
   const T* wv = reinterpret_cast<const T*>(sm + lay.wv);
@@ -237,13 +243,13 @@ __global__ void __launch_bounds__(kDecThreads)
 
   // The whole q; the rotated q_rope; the row's new cache entry by the block whose positions include it
   // (head 0's cluster also stores it in the cache); this block's share of q_lat = W_ukᵀ q_nope.
-  gather_shares(cluster, qh, QK, c);
+  gather_shares<C>(cluster, qh, QK, c);
   __syncthreads();
   bulk_wait(&loaded[1]);
   const int pos = rows.pos[r];
 #pragma unroll 1
   for (int rc = threadIdx.x; rc < P; rc += kDecThreads) qv[L + rc] = mla_rope_q(qh + N, rc, pos, rope);
-  const int n_pos = pos + 1, per = (n_pos + kMlaCluster - 1) / kMlaCluster;
+  const int n_pos = pos + 1, per = (n_pos + C - 1) / C;
   const int tb = min(n_pos, c * per), te = min(n_pos, tb + per);
   float2* cache = reinterpret_cast<float2*>(a.cache) + int64_t(rows.seq[r]) * rows.ctx * W2;
   if (te == n_pos && tb < te) fresh_row_block(a, r, pos, rope, fr, h == 0 ? cache + int64_t(pos) * W2 : nullptr, red);
@@ -252,7 +258,7 @@ __global__ void __launch_bounds__(kDecThreads)
 
   // Attention over positions [tb, te): warp w takes tb + w, tb + w + kDecWarps, ..., an online softmax
   // as attention_mla_kernel's for one head, the next cached row in flight while it scores the current.
-  gather_shares(cluster, qv, L, c);
+  gather_shares<C>(cluster, qv, L, c);
   __syncthreads();
   float2 qr[NI], acc[NI], cur[NI], nxt[NI];
 #pragma unroll
@@ -323,15 +329,15 @@ __global__ void __launch_bounds__(kDecThreads)
   // o_lat from every block's sums, in block order (the same bits in every block of the cluster); then
   // this block's share of the head's output = W_uv · o_lat. Block 0 always has positions: M is finite.
   {
-    float cw[kMlaCluster], M = -INFINITY, den = 0.0f;
-    const float* part[kMlaCluster];
+    float cw[C], M = -INFINITY, den = 0.0f;
+    const float* part[C];
 #pragma unroll
-    for (int o = 0; o < kMlaCluster; ++o) {
+    for (int o = 0; o < C; ++o) {
       part[o] = cluster.map_shared_rank(bp, o);
       M = fmaxf(M, cw[o] = part[o][L]);
     }
 #pragma unroll
-    for (int o = 0; o < kMlaCluster; ++o) {
+    for (int o = 0; o < C; ++o) {
       cw[o] = cw[o] == -INFINITY ? 0.0f : expf(cw[o] - M);
       den += cw[o] * part[o][L + 1];
     }
@@ -340,7 +346,7 @@ __global__ void __launch_bounds__(kDecThreads)
     for (int k = threadIdx.x; k < L; k += kDecThreads) {
       float v = 0.0f;
 #pragma unroll
-      for (int o = 0; o < kMlaCluster; ++o) v += cw[o] * part[o][k];
+      for (int o = 0; o < C; ++o) v += cw[o] * part[o][k];
       ol[k] = v * inv;
     }
   }
@@ -354,10 +360,23 @@ __global__ void __launch_bounds__(kDecThreads)
 
 std::atomic<int> g_mla_fused_rows{1};
 std::atomic<bool> g_mla_prefetch_moe{true};
+std::atomic<int> g_mla_cluster{4};
 
 }  // namespace
 
-size_t mla_decode_smem(const MlaArgs& a, WType wt) { return size_t(DecodeSmem(a, int(wtype_size(wt))).total); }
+size_t mla_decode_smem(const MlaArgs& a, WType wt, int cluster) {
+  return size_t(DecodeSmem(a, int(wtype_size(wt)), cluster).total);
+}
+namespace {
+
+// The policy's cluster size where its block fits kMlaDecodeMaxSmem, else kMlaCluster's.
+int cluster_for(const MlaArgs& a, WType wt) {
+  const int want = mla_cluster();
+  return mla_decode_smem(a, wt, want) <= kMlaDecodeMaxSmem ? want : kMlaCluster;
+}
+
+}  // namespace
+size_t mla_decode_smem(const MlaArgs& a, WType wt) { return mla_decode_smem(a, wt, cluster_for(a, wt)); }
 
 bool mla_decode_applies(const MlaArgs& a, WType wt) {
   const int v = 16 / int(wtype_size(wt));  // weights per 16-byte copy
@@ -373,6 +392,11 @@ void set_mla_fused_rows(int rows) {
 int mla_fused_rows() { return g_mla_fused_rows.load(); }
 void set_mla_prefetch_moe(bool on) { g_mla_prefetch_moe = on; }
 bool mla_prefetch_moe() { return g_mla_prefetch_moe.load(); }
+void set_mla_cluster(int blocks) {
+  TANDEM_CUDA_REQUIRE(blocks == 4 || blocks == 8 || blocks == 16, "MLA decode cluster: 4, 8 or 16 blocks");
+  g_mla_cluster = blocks;
+}
+int mla_cluster() { return g_mla_cluster.load(); }
 
 void launch_mla_decode(const MlaDecodeArgs& d, const RowInfo& rows, const RopeTables& rope, float scale,
                        cudaStream_t stream) {
@@ -381,21 +405,30 @@ void launch_mla_decode(const MlaDecodeArgs& d, const RowInfo& rows, const RopeTa
   TANDEM_CUDA_REQUIRE(mla_decode_applies(a, d.wt) && a.rope == rope.dim, "fused MLA decode: unsupported shapes");
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   TANDEM_CUDA_REQUIRE(aligned(d.q_b) && aligned(d.uk_t) && aligned(d.kv_b), "fused MLA decode: unaligned weights");
-  const size_t smem = mla_decode_smem(a, d.wt);
+  const int cluster = cluster_for(a, d.wt);
+  const size_t smem = mla_decode_smem(a, d.wt, cluster);
   const int w2 = (a.kv_lora + a.rope) / 2;
   with_wtype(d.wt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto go = [&](auto kernel) {
       if (smem > 48 * 1024)
         TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      launch_kernel_cluster(kernel, dim3(kMlaCluster, a.n_head, rows.n), kDecThreads, smem, kMlaCluster, stream, d,
-                            rows, rope, scale);
+      if (cluster > 8)  // past the portable size: sm_90 takes 16 when asked
+        TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+      launch_kernel_cluster(kernel, dim3(unsigned(cluster), a.n_head, rows.n), kDecThreads, smem, unsigned(cluster),
+                            stream, d, rows, rope, scale);
     };
-    if (w2 <= kWarp) go(mla_decode_kernel<T, 1>);
-    else if (w2 <= 2 * kWarp) go(mla_decode_kernel<T, 2>);
-    else if (w2 <= 3 * kWarp) go(mla_decode_kernel<T, 3>);
-    else if (w2 <= 5 * kWarp) go(mla_decode_kernel<T, 5>);
-    else go(mla_decode_kernel<T, 9>);
+    auto pick = [&](auto c) {
+      constexpr int C = decltype(c)::value;
+      if (w2 <= kWarp) go(mla_decode_kernel<T, 1, C>);
+      else if (w2 <= 2 * kWarp) go(mla_decode_kernel<T, 2, C>);
+      else if (w2 <= 3 * kWarp) go(mla_decode_kernel<T, 3, C>);
+      else if (w2 <= 5 * kWarp) go(mla_decode_kernel<T, 5, C>);
+      else go(mla_decode_kernel<T, 9, C>);
+    };
+    if (cluster == 4) pick(std::integral_constant<int, 4>{});
+    else if (cluster == 16) pick(std::integral_constant<int, 16>{});
+    else pick(std::integral_constant<int, 8>{});
   });
 }
 

@@ -2,12 +2,12 @@
 // q_nope through W_uk, attention over the latent cache (the row's new entry built inside, as the
 // `fresh` path of launch_attention_mla) and the expansion by W_uv — four dependent launches of the
 // unfused path (three projections and attention) become one. Each (row, head) is a cluster of
-// kMlaCluster blocks (sm_90 thread block clusters) that split every stage between them and trade
+// mla_cluster() blocks (sm_90 thread block clusters; 4 by default) that split every stage between them and trade
 // the intermediate vectors through distributed shared memory: each block computes its share of the
 // head's q, then of q_lat, attends over its share of the positions, and after the blocks' partial
 // softmax sums are combined (in block order, so every block holds the same o_lat) computes its share
 // of the head's output. Three cluster barriers replace three kernel boundaries, and every block
-// reads only 1/kMlaCluster of the head's q_b, W_uk and W_uv rows, which the copy engine brings into
+// reads only its share of the head's q_b, W_uk and W_uv rows, which the copy engine brings into
 // its shared memory (bulk copies) from the kernel's first instruction on. Measured on the H200 at one
 // sequence: the step 0.90–0.91 ms against 1.06 unfused (bench/RESULTS.md, "Fused MLA decode").
 #pragma once
@@ -17,7 +17,9 @@
 
 namespace tandem::cuda {
 
-constexpr int kMlaCluster = 8;  // blocks per (row, head): the portable cluster size
+// Blocks per (row, head) where the policy's cluster (mla_cluster) would need more shared memory a
+// block than kMlaDecodeMaxSmem: the portable cluster size.
+constexpr int kMlaCluster = 8;
 
 struct MlaDecodeArgs {
   MlaArgs a;                   // a.fused as the input projection wrote it (q_a and the latent not normalised)
@@ -35,7 +37,8 @@ struct MlaDecodeArgs {
 // kMlaMaxWidth, rows of q_b, W_uk and W_uv in whole 16-byte copies, and its shared memory (the
 // block's weight slices and vectors, mla_decode_smem) at most kMlaDecodeMaxSmem.
 constexpr size_t kMlaDecodeMaxSmem = 200 * 1024;
-size_t mla_decode_smem(const MlaArgs& a, WType wt);
+size_t mla_decode_smem(const MlaArgs& a, WType wt);  // at the cluster size the launch takes
+size_t mla_decode_smem(const MlaArgs& a, WType wt, int cluster);
 bool mla_decode_applies(const MlaArgs& a, WType wt);
 
 // out[r, head · v_dim ...] = W_uv[head] · attention(q_lat, q_rope) for every row r of a decode step
@@ -53,6 +56,14 @@ int mla_fused_rows();
 // ask L2 for (MlaDecodeArgs::after; process-wide, default on).
 void set_mla_prefetch_moe(bool on);
 bool mla_prefetch_moe();
+// Blocks per (row, head) cluster: 4 (the default), 8 or 16 (non-portable; sm_90 takes it). Fewer
+// blocks hold more of the head's weights each (mla_decode_smem grows; a shape whose block would not
+// fit kMlaDecodeMaxSmem at this size runs clusters of kMlaCluster); results differ in f32 rounding
+// (the softmax partials combine in another grouping). Process-wide, read when a step is enqueued.
+// Measured on an H100 at one sequence (bench/RESULTS.md, "Clusters of 4"): 4 blocks 9–10 µs a step
+// faster than 8, 16 blocks 259 µs slower.
+void set_mla_cluster(int blocks);
+int mla_cluster();
 // Rows whose position reaches this take the unfused path (the engine keys its graphs by it): each
 // head's cluster reads the whole context once, 4× the cache reads of attention_mla_kernel's groups
 // of 4 heads, which costs more than the saved launches at long contexts.

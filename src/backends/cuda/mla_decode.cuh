@@ -60,7 +60,7 @@ bool mla_prefetch_moe();
 // blocks hold more of the head's weights each (mla_decode_smem grows; a shape whose block would not
 // fit kMlaDecodeMaxSmem at this size runs clusters of kMlaCluster); results differ in f32 rounding
 // (the softmax partials combine in another grouping). Process-wide, read when a step is enqueued.
-// Measured on an H100 at one sequence (bench/RESULTS.md, "Clusters of 4"): 4 blocks 9–10 µs a step
+// Measured on H100 boxes at one sequence (bench/RESULTS.md, "Clusters of 4"): 4 blocks 9–12 µs a step
 // faster than 8, 16 blocks 259 µs slower.
 void set_mla_cluster(int blocks);
 int mla_cluster();

@@ -156,6 +156,8 @@ for sp in ${SWEEP:-}; do
 done
 if [ -z "${SKIP_BENCH:-}" ]; then
   lanes=${LANES:-host,peer,split,host}
+  users=${USERS:-1,8,16,32}
+  kinds=${KINDS:-prose,code_python,code_c,json,shell}
   gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   a=${lanes%%,*}
   case ",$lanes," in
@@ -164,13 +166,12 @@ if [ -z "${SKIP_BENCH:-}" ]; then
         # Each lane's engine holds its own copy of the hot weights: three engines of flash-mini do
         # not fit an 80 GB card, so the peer and the split lane each get a bracketed run of their own.
         log "GPU has ${gpu_mib} MiB: lanes $lanes as $a,peer,$a and $a,split,$a"
-        bench_run flash-mini-peer "$split" "$a,peer,$a" "${USERS:-1,8,16,32}" "${KINDS:-prose,code_python,code_c,json,shell}" 400
-        bench_run flash-mini-split "$split" "$a,split,$a" "${USERS:-1,8,16,32}" "${KINDS:-prose,code_python,code_c,json,shell}" 400
+        bench_run flash-mini-peer "$split" "$a,peer,$a" "$users" "$kinds" 400
+        bench_run flash-mini-split "$split" "$a,split,$a" "$users" "$kinds" 400
         lanes=""
       fi ;;
   esac
-  [ -n "$lanes" ] && bench_run flash-mini "$split" "$lanes" "${USERS:-1,8,16,32}" \
-    "${KINDS:-prose,code_python,code_c,json,shell}" 400
+  [ -n "$lanes" ] && bench_run flash-mini "$split" "$lanes" "$users" "$kinds" 400
 fi
 if [ -z "${SKIP_BENCH:-}" ] && [ -z "${SKIP_CHECK:-}" ]; then
   start_peer check-split --split-share "$split"

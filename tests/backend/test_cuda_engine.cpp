@@ -21,6 +21,14 @@ namespace {
 
 class CudaOracle : public ::testing::TestWithParam<std::string> {};
 
+// A CUDA engine that runs every step eagerly (no graphs): the reference the graph-replaying one must
+// match bit for bit.
+std::unique_ptr<Engine> make_eager_engine(const Model& model) {
+  CudaOptions o;
+  o.graphs = false;
+  return make_cuda_engine(model, {}, o);
+}
+
 TEST_P(CudaOracle, MatchesTransformers) {
   const std::string dir = test::oracle_dir(GetParam());
   auto model = Model::load(dir);
@@ -67,9 +75,7 @@ TEST_P(CudaOracle, BatchedGenerationMatchesCpuEngine) {
 TEST_P(CudaOracle, GraphsHostLaneAndEagerAgreeBitwise) {
   auto model = Model::load(test::oracle_dir(GetParam()));
   auto local = make_cuda_engine(*model, {}, {});
-  CudaOptions eager_opt;
-  eager_opt.graphs = false;
-  auto eager = make_cuda_engine(*model, {}, eager_opt);
+  auto eager = make_eager_engine(*model);
   CudaOptions host_opt;
   host_opt.lane = CudaLane::kHost;
   host_opt.cold = cold_tail(model->cfg, 0.5);
@@ -128,10 +134,8 @@ TEST_P(CudaOracle, RoutingHookSeesEveryMoeLayer) {
 // the CPU router's.
 TEST_P(CudaOracle, RoutingInTheExpertBlocksAgreesBitwise) {
   auto model = Model::load(test::oracle_dir(GetParam()));
-  CudaOptions eager_opt;
-  eager_opt.graphs = false;
   auto gpu = make_cuda_engine(*model, {}, {});
-  auto eager = make_cuda_engine(*model, {}, eager_opt);
+  auto eager = make_eager_engine(*model);
   const CudaKernelPolicy before = cuda_kernel_policy();
   ASSERT_TRUE(before.moe_route_in_gate_up);
   CudaKernelPolicy off = before;
@@ -176,12 +180,11 @@ TEST_P(CudaOracle, RoutingInTheExpertBlocksAgreesBitwise) {
 // a cache hint: the same bits as evict-normal loads, graphs replayed and eager, host lane too.
 TEST_P(CudaOracle, EvictFirstExpertLoadsChangeNoBits) {
   auto model = Model::load(test::oracle_dir(GetParam()));
-  CudaOptions eager_opt, host_opt;
-  eager_opt.graphs = false;
+  CudaOptions host_opt;
   host_opt.lane = CudaLane::kHost;
   host_opt.cold = cold_tail(model->cfg, 0.5);
   auto gpu = make_cuda_engine(*model, {}, {});
-  auto eager = make_cuda_engine(*model, {}, eager_opt);
+  auto eager = make_eager_engine(*model);
   auto host = make_cuda_engine(*model, {}, host_opt);
   const CudaKernelPolicy before = cuda_kernel_policy();
   ASSERT_TRUE(before.expert_evict_first);
@@ -200,10 +203,8 @@ TEST_P(CudaOracle, EvictFirstExpertLoadsChangeNoBits) {
 // is a scheduling hint: the same bits as the driver's choice per kernel, graphs replayed and eager.
 TEST_P(CudaOracle, SharedMemoryCarveoutChangesNoBits) {
   auto model = Model::load(test::oracle_dir(GetParam()));
-  CudaOptions eager_opt;
-  eager_opt.graphs = false;
   auto gpu = make_cuda_engine(*model, {}, {});
-  auto eager = make_cuda_engine(*model, {}, eager_opt);
+  auto eager = make_eager_engine(*model);
   const CudaKernelPolicy before = cuda_kernel_policy();
   const auto ref = run_generate(*gpu, 2);
   for (int percent : {-1, 0, 100}) {
@@ -321,9 +322,7 @@ TEST(CudaFusedMla, ClusterSizeFollowsThePolicyWhereItFits) {
     auto model = long_mla_model(16, tmp.path, q_lora);
     CpuEngine cpu(*model);
     const auto ref = run_long_mla(cpu, 20, 3);
-    CudaOptions eager_opt;
-    eager_opt.graphs = false;
-    auto gpu = make_cuda_engine(*model, {}, eager_opt);
+    auto gpu = make_eager_engine(*model);
     for (const int cluster : {4, 8}) {
       SCOPED_TRACE(fmt::format("q_lora {}, cluster {}", q_lora, cluster));
       CudaKernelPolicy p = before;
@@ -352,10 +351,8 @@ TEST(CudaFusedMla, ClusterSizeFollowsThePolicyWhereItFits) {
 TEST(CudaFusedMla, CacheHintsChangeNoBits) {
   test::TempDir tmp;
   auto model = long_mla_model(16, tmp.path);
-  CudaOptions eager_opt;
-  eager_opt.graphs = false;
   auto gpu = make_cuda_engine(*model, {}, {});
-  auto eager = make_cuda_engine(*model, {}, eager_opt);
+  auto eager = make_eager_engine(*model);
   const CudaKernelPolicy before = cuda_kernel_policy();
   ASSERT_TRUE(before.mla_prefetch_moe && before.expert_evict_first);
   CudaKernelPolicy off = before;

@@ -9,7 +9,8 @@
 # Knobs (environment): SKEW (router skew, default 0), LANES (default host,peer,split,host; on a GPU of
 # less than 100 GB a list with both peer and split runs as two bracketed runs, A,peer,A and A,split,A:
 # three engines of flash-mini do not fit 80 GB), SPLIT (the
-# split lane's link share, default 0.4), USERS, KINDS, TOKENS, SWEEP ("0.3 0.5": extra host,split,host
+# split lane's link share: default auto, the split peer's `--split-share auto` weighing the link it
+# measures from GPU 0 against its DRAM; or a share such as 0.4), USERS, KINDS, TOKENS, SWEEP ("0.3 0.5": extra host,split,host
 # runs at those splits, 1 and 32 users, prose), DECODE (1: bench_gpu_decode, local lane), PDL (passed
 # to bench_gpu_decode --pdl: 0, 1 or both), DECODE_PROMPTS (its prompt lengths, default 16), BREAKDOWN (N: bench_gpu_decode --breakdown N, the local lane's
 # GPU time per kernel at 1 and 8 sequences, 16- and 120-token prompts), NCU (1: Nsight Compute's own
@@ -46,7 +47,7 @@ T="$carry/bin/tandem"
 model=/tmp/flash-mini
 corpus="$carry/shared/corpus/public.jsonl"
 skew=${SKEW:-0}
-split=${SPLIT:-0.4}
+split=${SPLIT:-auto}
 log() { echo "[$(date +%T)] $*" | tee -a "$out/steps.log"; }
 
 log "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
@@ -83,7 +84,7 @@ start_peer() {  # NAME [extra args]. A lane closes when its primary exits: each 
     --spin-us "${PEER_SPIN_US:-50000}" --worker-spin-us "${PEER_WORKER_SPIN_US:-50000}" --max-rows 512 "$@" > "$out/peer-$name.out" 2> "$out/peer-$name.log" &
   peer_pids+=($!)
   for _ in $(seq 600); do grep -q serving "$out/peer-$name.log" 2>/dev/null && break; sleep 0.2; done
-  log "peer $name $*: $(grep -E 'held' "$out/peer-$name.log" | tail -1)"
+  log "peer $name $*: $(grep -E 'split share auto|held' "$out/peer-$name.log" | cut -d' ' -f4- | tr '\n' ' ')"
 }
 stop_peers() {
   for p in "${peer_pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done

@@ -334,14 +334,14 @@ int run(Opts o) {
   auto wants = [&](const char* lane) { return std::find(distinct.begin(), distinct.end(), lane) != distinct.end(); };
   if (wants("peer") && wants("split") && (o.model.split_peer.empty() || o.model.split_peer == o.model.peer))
     fail("--lanes has peer and split: give the split lane its own peer with --split-peer NAME (a `tandem peer --split-share "
-         "F` serves it)");
+         "F|auto` serves it)");
   for (const char* lane : {"peer", "split"}) {
     if (!wants(lane)) continue;
     const std::string name = std::string(lane) == "split" && !o.model.split_peer.empty() ? o.model.split_peer : o.model.peer;
     if (name.empty()) fail("--lanes has {}: give --peer NAME (the lane `tandem peer` serves)", lane);
     if (!peer::Segment::exists(name))
       fail("lane {}: no lane is being served (no /dev/shm/tandem-{}); start `tandem peer --model M --rowmap R --lane {}{}` first", lane,
-           name, name, std::string(lane) == "split" ? " --split-share F" : "");
+           name, name, std::string(lane) == "split" ? " --split-share F|auto" : "");
   }
 
   // Inputs first, so bad corpora fail before any model is loaded.
@@ -427,11 +427,17 @@ int run(Opts o) {
                                "counts against --dram-gbps."
                              : "Paths on cuda: local = all HBM; host = cold experts over the link; peer = cold experts "
                                "from the peer CPU's DRAM, activations (f32 rows there and back) over the link; split = "
-                               "the --split-share share of each cold expert over the link, the rest from the peer's DRAM.");
+                               "the split peer's share of each cold expert over the link (options.split_share_used), "
+                               "the rest from the peer's DRAM.");
 
-  // The split lane's share of each cold expert read over the link (the features the GPU holds).
+  // The split lane's share of each cold expert read over the link (the features the GPU holds: the cut
+  // its runtime took, from --split-share or, with auto, from its peer).
   const int64_t inter = first.model->cfg.moe_intermediate_size;
-  const double split_share = wants("split") ? double(split_column(inter, o.model.split)) / double(inter) : 0.0;
+  const double split_share = wants("split") ? double(runtimes.at("split").split_column) / double(inter) : 0.0;
+  if (wants("split")) {
+    report.options["split_column"] = runtimes.at("split").split_column;
+    report.options["split_share_used"] = split_share;
+  }
   std::set<std::pair<std::string, int64_t>> warmed;
   for (const std::string& kind : o.kinds) {
     for (int64_t users : o.users) {

@@ -2,9 +2,13 @@
 #include "cli/common.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <string>
 
 #include "core/thread_pool.h"
 #include "moe/experts.h"
+#include "peer/client.h"
 #include "placement/fingerprint.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "backends/cuda/cuda_engine.h"
@@ -21,11 +25,12 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
                  "Where the rowmap's cold experts run: local (every expert on the device, default), peer (a sidecar "
                  "process started with `tandem peer`), host (cuda: cold experts in pinned host memory, read "
                  "over PCIe by the GPU), split (cuda: the --split-share of each cold expert's features read over "
-                 "PCIe, the rest computed by a `tandem peer --split-share F`)");
+                 "PCIe, the rest computed by a `tandem peer --split-share F|auto`)");
   app.add_option("--peer", o.peer, "Lane name of the peer (lanes peer and split)");
   app.add_option("--split-share", o.split,
-                 "Lane split: share of each cold expert's intermediate features the GPU reads over PCIe; the peer "
-                 "must be started with the same --split-share (default 0.4)");
+                 "Lane split: share of each cold expert's intermediate features the GPU reads over PCIe, or auto "
+                 "(default): the cut the lane's `tandem peer --split-share F|auto` chose. A share given here must "
+                 "be the peer's");
   app.add_option("--split-peer", o.split_peer, "Lane split: lane name of its peer when it differs from --peer");
   app.add_option("--rowmap", o.rowmap, "Rowmap of the cold experts (lanes peer, host and split)");
   app.add_option("--peer-spin-limit", o.peer_spin_limit_us,
@@ -48,6 +53,35 @@ std::unique_ptr<Rowmap> load_rowmap(const ModelOptions& o, const Model& model) {
 }
 }  // namespace
 
+std::optional<double> parse_split_share(const std::string& value) {
+  if (value == "auto") return std::nullopt;
+  double share = 0;
+  size_t used = 0;
+  try {
+    share = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size() || !(share > 0.0 && share < 1.0))
+    fail("--split-share {}: give a share of each cold expert's features in (0, 1), or auto", value);
+  return share;
+}
+
+int64_t resolve_split_column(const std::string& share, const std::string& lane, int64_t inter, double timeout_s) {
+  if (const std::optional<double> f = parse_split_share(share)) return split_column(inter, *f);
+  const peer::Geometry g = peer::peek_geometry(lane, timeout_s);
+  if (g.split_column == 0)
+    fail("lane {}: its peer computes whole cold experts (the peer lane); the split lane needs a `tandem peer "
+         "--split-share F|auto`",
+         lane);
+  if (int64_t(g.split_column) >= inter)
+    fail("lane {}: its peer cuts the experts at feature {}, but they have {} intermediate features", lane,
+         g.split_column, inter);
+  spdlog::info("split lane: the peer of lane {} cuts each cold expert at feature {} of {}: {:.2f} of it over PCIe",
+               lane, g.split_column, inter, double(g.split_column) / double(inter));
+  return int64_t(g.split_column);
+}
+
 std::optional<int> parse_device(const std::string& device) {
   if (device == "cpu") return std::nullopt;
 #ifdef TANDEM_HAVE_CUDA
@@ -63,6 +97,7 @@ std::optional<int> parse_device(const std::string& device) {
 
 Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   [[maybe_unused]] const std::optional<int> gpu = parse_device(o.device);
+  parse_split_share(o.split);  // a bad value is an error on every lane, not only where it is used
   set_global_threads(o.threads);
   Runtime rt;
   rt.lane = o.lane;
@@ -84,7 +119,10 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
       co.cold.assign(size_t(rt.model->cfg.n_layer), {});
       for (const auto& layer : rt.rowmap->layers) co.cold[size_t(layer.layer)] = layer.cold;
       co.peer = name;
-      if (o.lane == "split") co.split_begin = split_column(rt.model->cfg.moe_intermediate_size, o.split);
+      if (o.lane == "split")
+        co.split_begin =
+            resolve_split_column(o.split, name, rt.model->cfg.moe_intermediate_size, co.peer_attach_timeout_s);
+      rt.split_column = co.split_begin;
       co.peer_fingerprint = lane_fingerprint(*rt.rowmap, co.split_begin);
       co.peer_spin_limit_us = o.peer_spin_limit_us;
       co.peer_check = o.peer_check;

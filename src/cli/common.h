@@ -24,7 +24,8 @@ struct ModelOptions {
   std::string lane = "local";
   std::string peer;     // --peer NAME (lanes peer and split)
   std::string split_peer;  // --split-peer NAME (lane split; default: --peer)
-  double split = 0.4;   // --split-share F (lane split: share of each cold expert's features read over PCIe)
+  std::string split = "auto";  // --split-share F|auto (lane split: share of each cold expert's features read
+                               // over PCIe; auto: the cut its peer publishes)
   std::string rowmap;   // --rowmap R (lanes peer, host and split)
   uint64_t peer_spin_limit_us = 50;
   int64_t peer_check = 0;
@@ -34,6 +35,14 @@ struct ModelOptions {
 // --device: nullopt for "cpu", the GPU index for "cuda" / "cuda:N". InputError (naming the value) for
 // anything else, for a GPU in a build without the CUDA backend, and for an index with no such device.
 std::optional<int> parse_device(const std::string& device);
+
+// --split-share: a share in (0, 1), or nullopt for "auto". InputError naming the flag otherwise.
+std::optional<double> parse_split_share(const std::string& value);
+
+// The split lane's cut (intermediate feature) for a model of `inter` features: split_column of the share,
+// or with "auto" the cut lane `lane`'s peer published (waiting up to timeout_s for the peer to come up).
+// InputError when that peer serves whole experts or a cut outside the model's experts.
+int64_t resolve_split_column(const std::string& share, const std::string& lane, int64_t inter, double timeout_s);
 
 // Whether a GPU primary on `lane` sleeps on a blocking-sync event for each step (--host-wait
 // `host_wait`): sleep always, spin never, auto on the lanes with a peer (peer, split), whose CPU peer
@@ -54,6 +63,7 @@ struct Runtime {
   std::unique_ptr<Rowmap> rowmap;            // lanes that split experts
   std::unique_ptr<PeerExperts> peer;         // lane peer on the CPU
   std::unique_ptr<Engine> engine;
+  int64_t split_column = 0;                  // lane split: the cut both sides use (features [0, it) on the GPU)
   // Counters of the lane, for the closing summary ("" for the local and host lanes); the CPU peer
   // lane and the CUDA engine's peer lane alike.
   std::string lane_summary() const;

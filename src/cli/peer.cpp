@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "core/bandwidth.h"
 #include "core/thread_pool.h"
 #include "moe/experts.h"
 #include "moe/peer_lane.h"
@@ -20,6 +21,7 @@
 #include "peer/server.h"
 #include "placement/fingerprint.h"
 #ifdef TANDEM_HAVE_CUDA
+#include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/gpu_cold_experts.h"
 #endif
 
@@ -77,18 +79,59 @@ Held load_cold(const Model& model, const Rowmap& rm, std::optional<int> gpu, int
   return h;
 }
 
+// What `tandem peer` was asked (its flags).
+struct Opts {
+  std::string model, rowmap, lane, device = "cpu";
+  int threads = 0;
+  uint32_t max_rows = 256;
+  uint32_t slots = 1;
+  double primary_stall = 2.0;
+  uint64_t delay_us = 0;
+  uint64_t spin_us = 100;
+  int64_t worker_spin_us = ThreadPool::kDefaultSpinUs;
+  std::string split;  // "" or "0": whole experts
+  double link_gbps = 0, dram_gbps = 0;
+  std::string link_device = "cuda";
+};
+
+// The split lane's cut for --split-share (0: whole experts). auto measures what --link-gbps and
+// --dram-gbps do not give, before any expert is loaded (the host is quiet then).
+int64_t choose_split(const Opts& o, bool on_gpu, int64_t inter) {
+  if (o.split.empty() || o.split == "0") return 0;
+  std::optional<double> share = parse_split_share(o.split);
+  if (!share) {
+    if (on_gpu)
+      fail("--split-share auto weighs the link against this host's DRAM; a peer on --device cuda takes --split-share F");
+    double link = o.link_gbps, dram = o.dram_gbps;
+    std::string link_from = "--link-gbps", dram_from = "--dram-gbps";
+    if (link == 0) {
+#ifdef TANDEM_HAVE_CUDA
+      const std::optional<int> dev = parse_cuda_device(o.link_device);
+      if (!dev) fail("--link-device {}: name the primary's GPU (cuda or cuda:N)", o.link_device);
+      if (*dev >= cuda_device_count())
+        fail("--split-share auto: no GPU {} (--link-device) to measure the link from ({} CUDA device(s) found); "
+             "give --link-gbps G or --split-share F",
+             o.link_device, cuda_device_count());
+      link = cuda_host_read_bandwidth_gbps(*dev);
+      link_from = fmt::format("measured: cuda:{} reading pinned host memory", *dev);
+#else
+      fail("--split-share auto measures the link from the primary's GPU and this build has no CUDA backend: give "
+           "--link-gbps G or --split-share F");
+#endif
+    }
+    if (dram == 0) {
+      dram = dram_read_bandwidth_gbps(global_pool());
+      dram_from = fmt::format("measured: {} threads", global_pool().size());
+    }
+    share = split_share_for(link, dram);
+    spdlog::info("peer: split share auto: link {:.1f} GB/s ({}), DRAM {:.1f} GB/s ({}): {:.3f} of each cold expert "
+                 "over the link",
+                 link, link_from, dram, dram_from, *share);
+  }
+  return split_column(inter, *share);
+}
+
 RunFn setup(CLI::App& app) {
-  struct Opts {
-    std::string model, rowmap, lane, device = "cpu";
-    int threads = 0;
-    uint32_t max_rows = 256;
-    uint32_t slots = 1;
-    double primary_stall = 2.0;
-    uint64_t delay_us = 0;
-    uint64_t spin_us = 100;
-    int64_t worker_spin_us = ThreadPool::kDefaultSpinUs;
-    double split = 0;
-  };
   auto o = std::make_shared<Opts>();
   app.add_option("--model", o->model, "Model folder")->required();
   app.add_option("--rowmap", o->rowmap, "Rowmap (tandem plan): the cold experts this peer serves")->required();
@@ -115,8 +158,20 @@ RunFn setup(CLI::App& app) {
       ->check(CLI::Range(int64_t(0), int64_t(10'000'000)));
   app.add_option("--split-share", o->split,
                  "Serve the split lane: hold and compute only the last (1 - F) of each cold expert's intermediate "
-                 "features; a primary started with `--lane split --split-share F` (the same F) reads the rest over PCIe. "
-                 "0 (default): whole experts, for the peer lane");
+                 "features; a primary started with `--lane split` reads the first F over PCIe (it takes this cut; "
+                 "see the header's split_column). auto: F = link / (link + DRAM) from the link's bandwidth (the "
+                 "GPU of --link-device reading pinned host memory, or --link-gbps) and this host's DRAM "
+                 "(measured with --threads, or --dram-gbps), where both parts take equally long. 0 (default): whole "
+                 "experts, for the peer lane");
+  app.add_option("--link-gbps", o->link_gbps,
+                 "--split-share auto: the link's bandwidth in GB/s instead of measuring it")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dram-gbps", o->dram_gbps,
+                 "--split-share auto: this host's DRAM read bandwidth in GB/s instead of measuring it")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--link-device", o->link_device,
+                 "--split-share auto: the primary's GPU, whose reads of pinned host memory measure the link "
+                 "(cuda or cuda:N; default cuda)");
   app.add_option("--delay-us", o->delay_us, "Testing aid: answer each request this many microseconds late");
   return [o, spin] {
     const std::optional<int> gpu = parse_device(o->device);  // before anything is loaded or created
@@ -127,7 +182,7 @@ RunFn setup(CLI::App& app) {
     Rowmap rm = Rowmap::load(o->rowmap);
     validate(rm, cfg, model_fingerprint(cfg, store), o->rowmap);
     auto model = Model::bind(cfg, store, o->model, [&](int64_t l, int64_t e) { return rm.is_cold(l, int32_t(e)); });
-    const int64_t split_begin = o->split != 0 ? split_column(cfg.moe_intermediate_size, o->split) : 0;
+    const int64_t split_begin = choose_split(*o, gpu.has_value(), cfg.moe_intermediate_size);
     Held cold = load_cold(*model, rm, gpu, o->max_rows, split_begin);
     model.reset();  // nothing but the copied cold experts stays referenced
     spdlog::info("peer: {} cold experts in {} layers{}, {:.3f} GB held ({}), {}", cold.n_cold, cfg.n_moe_layers(),
@@ -139,6 +194,7 @@ RunFn setup(CLI::App& app) {
     g.max_rows = o->max_rows;
     g.hidden = uint32_t(cfg.hidden_size);
     g.max_k = uint32_t(cfg.n_expert_used);
+    g.split_column = uint32_t(split_begin);
     peer::ServerOptions so;
     so.primary_stall_s = o->primary_stall;
     so.spin_us = o->spin_us;

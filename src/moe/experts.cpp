@@ -48,6 +48,13 @@ int64_t split_column(int64_t inter, double fraction) {
   return std::clamp<int64_t>(a, 8, (inter - 8) / 8 * 8);
 }
 
+double split_share_for(double link_gbps, double dram_gbps) {
+  for (double g : {link_gbps, dram_gbps})
+    if (!(g > 0) || !std::isfinite(g))
+      fail("split share: bandwidths must be positive, got link {} and DRAM {} GB/s", link_gbps, dram_gbps);
+  return link_gbps / (link_gbps + dram_gbps);
+}
+
 namespace {
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 }  // namespace

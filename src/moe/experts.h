@@ -42,6 +42,10 @@ void run_experts_cpu(std::span<const ExpertWeights> experts, const float* x, int
 // Split column for `fraction` of the features on the GPU: a multiple of 8 (16-byte bf16 vectors) in
 // [8, inter - 8]. InputError unless 0 < fraction < 1 and inter >= 16.
 int64_t split_column(int64_t inter, double fraction);
+// The share of each cold expert to read over the link when the link and the peer's DRAM stream their
+// parts in parallel: link / (link + dram), where both paths finish together. InputError unless both
+// bandwidths are positive and finite.
+double split_share_for(double link_gbps, double dram_gbps);
 // Bytes slice_expert writes for features [begin, end) of `e` (each part 64-byte aligned).
 size_t sliced_bytes(const ExpertWeights& e, int64_t begin, int64_t end);
 // Copies features [begin, end) of `e` into dst (sliced_bytes of room, 64-byte aligned): gate and up

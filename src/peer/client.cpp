@@ -46,6 +46,11 @@ PeerClient::PeerClient(std::shared_ptr<Segment> segment, const ClientOptions& op
   sent_rows_.assign(n, 0);
 }
 
+Geometry peek_geometry(const std::string& lane, double timeout_s) {
+  validate_lane_name(lane);
+  return Segment::open(lane, timeout_s)->geometry();
+}
+
 std::unique_ptr<PeerClient> PeerClient::attach(const std::string& lane, uint64_t expected_fingerprint,
                                                const Geometry& geometry, const ClientOptions& options) {
   validate_lane_name(lane);
@@ -86,6 +91,17 @@ void PeerClient::handshake(uint64_t expected_fingerprint, const Geometry& want) 
   const uint32_t my_attach = h.attach_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
   futex_wake_all(&h.doorbell);
 
+  if (want.split_column != have.split_column) {
+    auto cut = [](uint32_t c) {
+      return c ? fmt::format("cuts each cold expert at intermediate feature {} (split lane)", c)
+               : std::string("computes whole cold experts (peer lane)");
+    };
+    fail("lane {}: the peer {}, this primary {}; {}; refusing to attach", lane, cut(have.split_column),
+         cut(want.split_column),
+         want.split_column == 0 ? "the peer lane needs a peer started without --split-share (or run --lane split)"
+                                : "start the peer with the primary's --split-share, or the primary with "
+                                  "--split-share auto to take the peer's cut");
+  }
   if (seg.fingerprint() != expected_fingerprint)
     fail("lane {}: fingerprint mismatch: the peer serves {:016x}, this primary expects {:016x} (model or rowmap "
          "differ); refusing to attach",

@@ -66,12 +66,18 @@ struct ClientStats {
   std::array<uint64_t, kWaitBuckets> wait_hist{};  // bucket i: [2^(i-1), 2^i) µs; 0: < 1 µs
 };
 
+// The geometry lane `lane`'s peer published (validated), without attaching: waits up to timeout_s for
+// the segment as attach does and leaves the lane untouched. A split primary reads the peer's cut here
+// (Geometry::split_column) before it builds its half. InputError as Segment::open.
+Geometry peek_geometry(const std::string& lane, double timeout_s);
+
 class PeerClient {
  public:
   // Opens lane `lane` (waiting up to attach_timeout_s for it), checks magic, version, fingerprint and
-  // geometry (hidden and dtype equal; n_slots, max_rows, max_k at least those asked), claims the lane
-  // (writes pid and fingerprint) and waits until the peer accepts. Throws InputError naming the
-  // mismatch; on a fingerprint mismatch it still announces itself so that the peer refuses too.
+  // geometry (hidden, dtype and split_column equal; n_slots, max_rows, max_k at least those asked),
+  // claims the lane (writes pid and fingerprint) and waits until the peer accepts. Throws InputError
+  // naming the mismatch; on a fingerprint or cut mismatch it still announces itself so that the peer
+  // refuses too.
   static std::unique_ptr<PeerClient> attach(const std::string& lane, uint64_t expected_fingerprint,
                                             const Geometry& geometry, const ClientOptions& options = {});
   // The same over a segment this process already mapped (a peer thread in the same process).

@@ -23,6 +23,9 @@ void validate_geometry(const Geometry& g, std::string_view what) {
   check(g.max_k, 1, kMaxK, "max_k");
   if (g.dtype != static_cast<uint32_t>(Dtype::kF32))
     fail("{}: geometry field dtype = {} is not f32 ({})", what, g.dtype, static_cast<uint32_t>(Dtype::kF32));
+  if (g.split_column > kMaxSplitColumn || g.split_column % 8 != 0)
+    fail("{}: geometry field split_column = {} is not a multiple of 8 in [0, {}]", what, g.split_column,
+         kMaxSplitColumn);
   if (segment_bytes(g) > kMaxSegmentBytes)
     fail("{}: segment of {} bytes exceeds the limit of {} bytes", what, segment_bytes(g), kMaxSegmentBytes);
 }

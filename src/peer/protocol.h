@@ -53,6 +53,7 @@ inline constexpr uint32_t kMaxRows = 1u << 16;
 inline constexpr uint32_t kMaxHidden = 1u << 16;
 inline constexpr uint32_t kMaxK = 64;
 inline constexpr uint64_t kMaxSegmentBytes = 16ULL << 30;
+inline constexpr uint32_t kMaxSplitColumn = 1u << 20;
 inline constexpr size_t kMaxLaneName = 64;
 
 enum class Dtype : uint32_t { kF32 = 1 };
@@ -94,7 +95,10 @@ struct Geometry {
   uint32_t hidden = 0;    // floats per row
   uint32_t max_k = 0;     // expert slots per row
   uint32_t dtype = static_cast<uint32_t>(Dtype::kF32);
-  uint32_t reserved = 0;
+  // The split lane: 0 when the peer computes whole cold experts; otherwise the intermediate feature at
+  // which it cuts each of them (a multiple of 8): it computes [split_column, inter), the primary reads
+  // [0, split_column) over its link. Published here so that a primary can take the peer's cut.
+  uint32_t split_column = 0;
 };
 static_assert(sizeof(Geometry) == 24);
 

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <nlohmann/json.hpp>
+
 #include "peer_lane_util.h"
 
 namespace tandem {
@@ -51,7 +53,9 @@ TEST(CudaSplitLane, PeerAndPrimaryCuttingDifferentlyRefuseEachOther) {
     make_cuda_engine(*model, {}, o);
     ADD_FAILURE() << "attached to a peer that cuts the experts elsewhere";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("fingerprint"), std::string::npos) << e.what();
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the peer cuts each cold expert at intermediate feature 16"), std::string::npos) << m;
+    EXPECT_NE(m.find("this primary cuts each cold expert at intermediate feature 8"), std::string::npos) << m;
   }
   ASSERT_TRUE(test::wait_exit(peer.child, 10));
   EXPECT_EQ(peer.child.exit_code, 2) << test::read_file(peer.log);  // refused, as for a foreign rowmap
@@ -107,6 +111,40 @@ TEST_F(CudaPeerCli, ForeignRowmapIsRefusedByBothSides) {
   ASSERT_TRUE(test::wait_exit(peer.child, 10));
   EXPECT_EQ(peer.child.exit_code, 2) << test::read_file(peer.log);
   EXPECT_FALSE(segment_exists(lane));
+}
+
+// `--lane split` without --split-share (auto) takes the cut its peer published: a peer that chose it with
+// --split-share auto gives the local lane's greedy tokens; a peer of whole experts is named, and left
+// serving (the primary only peeked at its header).
+TEST_F(CudaPeerCli, SplitPrimaryTakesTheCutItsPeerChose) {
+  auto tokens_of = [](const std::string& out) {
+    return nlohmann::json::parse(out)["results"][0]["tokens"].get<std::vector<int32_t>>();
+  };
+  const std::vector<std::string> gen = {"generate", "--model", model_, "--prompt", "cold experts, cut in two",
+                                        "--max-tokens", "16", "--ignore-eos", "--json", "--device", "cuda"};
+  auto through_split = [&](const std::string& lane) {
+    auto args = gen;
+    args.insert(args.end(), {"--lane", "split", "--peer", lane, "--rowmap", rowmap_});
+    return run_bin(args, tmp);
+  };
+  auto local = run_bin(gen, tmp);
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  {
+    const std::string lane = unique_lane("whole");
+    Peer whole(model_, rowmap_, lane, tmp);
+    ASSERT_TRUE(whole.wait_serving()) << test::read_file(whole.log);
+    auto r = through_split(lane);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("its peer computes whole cold experts"), std::string::npos) << r.err;
+    EXPECT_FALSE(test::try_reap(whole.child)) << test::read_file(whole.log);
+  }
+  const std::string lane = unique_lane("auto");
+  Peer peer(model_, rowmap_, lane, tmp, {"--split-share", "auto", "--link-gbps", "30", "--dram-gbps", "90"});
+  ASSERT_TRUE(peer.wait_serving()) << test::read_file(peer.log);
+  auto r = through_split(lane);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("cuts each cold expert at feature 8 of 32"), std::string::npos) << r.err;
+  EXPECT_EQ(tokens_of(r.out), tokens_of(local.out));
 }
 
 TEST_F(CudaPeerCli, FrozenPeerTripsTheWatchdogAndTheGpuRequestFailsDark) {

@@ -15,6 +15,8 @@
 #include "../lane_tools/rowmap_util.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "moe/experts.h"
+#include "peer/client.h"
 #include "placement/fingerprint.h"
 #include "placement/rowmap.h"
 #include "test_util.h"
@@ -152,6 +154,43 @@ TEST_F(PeerLane, ForeignRowmapIsRefusedByBothSides) {
                                unique_lane("foreign2")});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("fp1:"), std::string::npos) << bad.err;
+}
+
+// `tandem peer --split-share auto` cuts each cold expert where the link's part and the DRAM's part take
+// equally long, from the bandwidths given or measured, and publishes the cut in its header; a primary
+// of the peer lane (whole experts) is refused by both sides with a message naming both cuts.
+TEST_F(PeerLane, SplitShareAutoPublishesItsCutAndAWholeExpertPrimaryIsRefused) {
+  const int64_t inter = load_config(model_).moe_intermediate_size;
+  {
+    const std::string lane = unique_lane("auto-given");
+    Peer peer(model_, rowmap_, lane, tmp, {"--split-share", "auto", "--link-gbps", "30", "--dram-gbps", "90"});
+    ASSERT_TRUE(peer.wait_serving()) << test::read_file(peer.log);
+    EXPECT_NE(test::read_file(peer.log).find("0.250 of each cold expert over the link"), std::string::npos)
+        << test::read_file(peer.log);
+    const int64_t cut = split_column(inter, 0.25);
+    EXPECT_EQ(int64_t(peer::peek_geometry(lane, 5).split_column), cut);
+    auto r = test::run_tandem({"generate", "--model", model_, "--prompt-ids", "5,6,7", "--max-tokens", "4", "--lane",
+                               "peer", "--peer", lane, "--rowmap", rowmap_, "--threads", "1"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(fmt::format("the peer cuts each cold expert at intermediate feature {}", cut)),
+              std::string::npos)
+        << r.err;
+    ASSERT_TRUE(test::wait_exit(peer.child, 10));
+    EXPECT_EQ(peer.child.exit_code, 2) << test::read_file(peer.log);
+    EXPECT_FALSE(segment_exists(lane));
+  }
+  // The DRAM measured (1 thread): the cut follows the figure the peer logs.
+  const std::string lane = unique_lane("auto-measured");
+  Peer peer(model_, rowmap_, lane, tmp, {"--split-share", "auto", "--link-gbps", "30"});
+  ASSERT_TRUE(peer.wait_serving()) << test::read_file(peer.log);
+  const std::string log = test::read_file(peer.log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(DRAM ([0-9.]+) GB/s \(measured: 1 threads\): ([0-9.]+) of)")))
+      << log;
+  const double dram = std::stod(m[1].str()), share = std::stod(m[2].str());
+  EXPECT_GT(dram, 0.1);
+  EXPECT_NEAR(share, 30.0 / (30.0 + dram), 0.002) << log;
+  EXPECT_EQ(int64_t(peer::peek_geometry(lane, 5).split_column), split_column(inter, share));
 }
 
 TEST_F(PeerLane, SlowPeerWithSpinLimitOneGivesTheSameTokens) {

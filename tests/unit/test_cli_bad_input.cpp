@@ -200,9 +200,11 @@ TEST(BadInput, HostWaitMustBeAutoSpinOrSleep) {
 }
 
 // Starts `tandem peer` on the qwen3 fixture with each of `values` for `flag`: every one must end at
-// once with exit 2, the message containing `expect` (with the value in place of {}), and no segment.
+// once with exit 2, the message containing `expect` (with the value in place of {}), and no segment;
+// `extra` are further arguments.
 // Bounded: a peer that wrongly accepted the value would serve forever.
-void expect_peer_refuses(const std::string& flag, const std::vector<std::string>& values, const std::string& expect) {
+void expect_peer_refuses(const std::string& flag, const std::vector<std::string>& values, const std::string& expect,
+                         const std::vector<std::string>& extra = {}) {
   test::TempDir tmp;
   const std::string dir = test::oracle_dir("qwen3moe_f32");
   const std::string rowmap = tmp.file("rowmap.json");
@@ -210,9 +212,10 @@ void expect_peer_refuses(const std::string& flag, const std::vector<std::string>
   static int n = 0;
   for (const std::string& value : values) {
     const std::string lane = fmt::format("badpeer-{}-{}", getpid(), n++);
-    test::Child c = test::spawn(
-        {test::tandem_binary(), "peer", "--model", dir, "--rowmap", rowmap, "--lane", lane, flag, value},
-        tmp.file("out"), tmp.file("err"));
+    std::vector<std::string> args = {test::tandem_binary(), "peer", "--model", dir, "--rowmap", rowmap, "--lane", lane,
+                                     flag, value};
+    args.insert(args.end(), extra.begin(), extra.end());
+    test::Child c = test::spawn(args, tmp.file("out"), tmp.file("err"));
     ASSERT_TRUE(test::wait_exit(c, 60)) << flag << " " << value << ": still running";
     const std::string err = test::read_file(tmp.file("err"));
     EXPECT_EQ(c.exit_code, 2) << value << ": " << err;
@@ -232,6 +235,25 @@ TEST(BadInput, PeerOnADeviceThatIsNotThereCreatesNoSegment) {
 // `tandem peer --worker-spin-us` outside [0, 10 s] or not a number: a usage error before anything is loaded.
 TEST(BadInput, PeerWorkerSpinOutOfRangeIsAUsageError) {
   expect_peer_refuses("--worker-spin-us", {"-1", "10000001", "soon"}, "--worker-spin-us");
+}
+
+// `tandem peer --split-share` that is neither a share in (0, 1), 0 (whole experts) nor auto: exit 2
+// before anything is loaded.
+TEST(BadInput, PeerSplitShareOutsideTheOpenIntervalIsRefused) {
+  expect_peer_refuses("--split-share", {"1", "1.5", "-0.2", "0.4x", "half"}, "--split-share {}: give a share");
+}
+
+// `--split-share auto` measures the link from the primary's GPU: with none to measure (no CUDA backend,
+// or no GPU cuda:99) the peer says to give --link-gbps, and creates no segment.
+TEST(BadInput, PeerSplitShareAutoWithoutALinkToMeasureSaysSo) {
+  expect_peer_refuses("--split-share", {"auto"}, "give --link-gbps G", {"--link-device", "cuda:99"});
+}
+
+TEST(BadInput, PrimarySplitShareIsCheckedOnEveryLane) {
+  auto r = test::run_tandem(
+      {"generate", "--model", test::oracle_dir("qwen3moe_f32"), "--prompt-ids", "1,2", "--split-share", "0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--split-share 0: give a share"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -59,12 +59,17 @@ TEST(PeerProtocol, GeometryLimits) {
       {[](Geometry& g) { g.max_rows = 0; }, "max_rows"}, {[](Geometry& g) { g.max_rows = kMaxRows + 1; }, "max_rows"},
       {[](Geometry& g) { g.hidden = 0; }, "hidden"},     {[](Geometry& g) { g.max_k = kMaxK + 1; }, "max_k"},
       {[](Geometry& g) { g.dtype = 2; }, "dtype"},
+      {[](Geometry& g) { g.split_column = 12; }, "split_column"},
+      {[](Geometry& g) { g.split_column = kMaxSplitColumn + 8; }, "split_column"},
   };
   for (const Case& c : cases) {
     Geometry g = small_geometry();
     c.mutate(g);
     EXPECT_NE(error_of([&] { validate_geometry(g, "t"); }).find(c.field), std::string::npos) << c.field;
   }
+  Geometry cut = small_geometry();
+  cut.split_column = 16;
+  EXPECT_NO_THROW(validate_geometry(cut, "t"));
   Geometry huge = small_geometry();
   huge.n_slots = kMaxSlots;
   huge.max_rows = kMaxRows;

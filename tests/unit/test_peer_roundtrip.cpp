@@ -245,6 +245,37 @@ TEST(PeerRoundTrip, FingerprintMismatchIsRefusedOnBothSides) {
   lane.thread = std::thread([] {});
 }
 
+// The split lane's cut is in the geometry: a primary reads it without attaching (peek_geometry), and one
+// that needs another cut (or whole experts) is refused on both sides, the message naming both cuts (the
+// peer refuses on the fingerprint, which covers the cut: lane_fingerprint, hence 43 here).
+TEST(PeerRoundTrip, PeekReadsTheCutAndAnotherCutIsRefusedOnBothSides) {
+  MockCompute compute(kLayers, kExperts, 16);
+  Geometry cut16 = geometry();
+  cut16.split_column = 16;
+  for (uint32_t want : {0u, 8u}) {
+    Lane lane(compute, cut16);
+    EXPECT_EQ(peek_geometry(lane.lane, 5).split_column, 16u);
+    EXPECT_EQ(lane.segment->header().primary_pid.load(), 0);  // peeking claims nothing
+    Geometry g = geometry();
+    g.split_column = want;
+    try {
+      lane.attach(43, {}, g);
+      ADD_FAILURE() << "attached with cut " << want << " to a peer cutting at 16";
+    } catch (const InputError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("peer cuts each cold expert at intermediate feature 16"), std::string::npos) << m;
+      EXPECT_NE(m.find(want ? "primary cuts each cold expert at intermediate feature 8" : "computes whole cold experts"),
+                std::string::npos)
+          << m;
+    }
+    lane.thread.join();
+    EXPECT_EQ(lane.end, ServeEnd::kRefused);
+    lane.thread = std::thread([] {});
+  }
+  Lane lane(compute, cut16);
+  ASSERT_NO_THROW(lane.attach(42, {}, cut16));  // the same cut attaches
+}
+
 TEST(PeerRoundTrip, WaitDoesNotReturnWithoutTheAnswer) {
   GatedCompute compute;
   Lane lane(compute);

@@ -41,6 +41,18 @@ TEST(SplitColumn, RejectsFractionsOutsideTheOpenInterval) {
   EXPECT_THROW(split_column(8, 0.5), InputError);  // too small to cut
 }
 
+// auto's share: where the link's part and the DRAM's part of each cold expert take equally long.
+TEST(SplitShareFor, BothPartsTakeEquallyLong) {
+  EXPECT_DOUBLE_EQ(split_share_for(51, 51), 0.5);
+  EXPECT_NEAR(split_share_for(31, 104), 0.2296, 1e-4);  // an H100 box's link against its DRAM
+  for (auto [link, dram] : {std::pair{30.0, 90.0}, {51.0, 80.0}, {4.0, 400.0}}) {
+    const double f = split_share_for(link, dram);
+    EXPECT_NEAR(f / link, (1 - f) / dram, 1e-12) << link << " " << dram;  // seconds per byte of the expert
+  }
+  for (auto [link, dram] : {std::pair{0.0, 90.0}, {30.0, -1.0}, {std::nan(""), 9.0}, {30.0, HUGE_VAL}})
+    EXPECT_THROW(split_share_for(link, dram), InputError) << link << " " << dram;
+}
+
 struct RandomExpert {
   std::vector<uint8_t> bytes[3];
   ExpertWeights w;

@@ -39,6 +39,7 @@ GpuPeerLane::GpuPeerLane(const Model& model, const std::vector<std::vector<int32
   g.max_rows = 1;  // the least we need; steps are chunked by what the peer offers
   g.hidden = uint32_t(c.hidden_size);
   g.max_k = uint32_t(c.n_expert_used);
+  g.split_column = uint32_t(options.split_begin);
   peer::ClientOptions co;
   co.spin_limit_us = options.spin_limit_us;
   co.attach_timeout_s = options.attach_timeout_s;

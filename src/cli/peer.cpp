@@ -113,6 +113,7 @@ int64_t choose_split(const Opts& o, bool on_gpu, int64_t inter) {
              "give --link-gbps G or --split-share F",
              o.link_device, cuda_device_count());
       link = cuda_host_read_bandwidth_gbps(*dev);
+      cuda_release_device(*dev);  // a CPU peer: its context would hold GPU memory the primary may need
       link_from = fmt::format("measured: cuda:{} reading pinned host memory", *dev);
 #else
       fail("--split-share auto measures the link from the primary's GPU and this build has no CUDA backend: give "

@@ -75,4 +75,9 @@ double cuda_host_read_bandwidth_gbps(int device, size_t bytes) {
   return gbps;
 }
 
+void cuda_release_device(int device) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(device));
+  TANDEM_CUDA_CHECK(cudaDeviceReset());
+}
+
 }  // namespace tandem

@@ -67,6 +67,10 @@ double cuda_read_bandwidth_gbps(int device, size_t bytes = size_t(2) << 30);
 // The link's: the same kernel reading `bytes` of mapped pinned host memory, as the host lane's expert
 // kernels read its cold experts (zero-copy over PCIe).
 double cuda_host_read_bandwidth_gbps(int device, size_t bytes = size_t(512) << 20);
+// Destroys this process's context on `device` (cudaDeviceReset): a process that only measured with it
+// (a CPU peer's --split-share auto) gives its GPU memory back. Nothing of this process on that device
+// may be used afterwards.
+void cuda_release_device(int device);
 // Per MoE layer, the round(fraction · n_expert) highest expert ids (a stand-in placement until a
 // planned rowmap is given). fraction in [0, 1], else InputError.
 std::vector<std::vector<int32_t>> cold_tail(const ModelConfig& cfg, double fraction);

@@ -437,6 +437,10 @@ int run(Opts o) {
   if (wants("split")) {
     report.options["split_column"] = runtimes.at("split").split_column;
     report.options["split_share_used"] = split_share;
+    report.notes.push_back(fmt::format("Split lane: each cold expert cut at feature {} of {} ({:.3f} over the link; "
+                                       "--split-share {}{}).",
+                                       runtimes.at("split").split_column, inter, split_share, o.model.split,
+                                       o.model.split == "auto" ? ": the cut its peer chose" : ""));
   }
   std::set<std::pair<std::string, int64_t>> warmed;
   for (const std::string& kind : o.kinds) {

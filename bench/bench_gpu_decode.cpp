@@ -17,7 +17,9 @@
 // KernelProfile and prints each kernel's GPU time per
 // step (launches of one kernel on different grids apart). The HBM bandwidth of the bound is measured on
 // the device at start (cuda_read_bandwidth_gbps: a kernel streaming 2 GiB once, best of five) unless
-// --hbm-gbps gives it; the link's is the H200 box's 51 GB/s. Prints a table; --json writes it.
+// --hbm-gbps gives it; the link's (the host lane's cold bytes) likewise, cuda_host_read_bandwidth_gbps
+// (the GPU reading 512 MiB of pinned host memory), when a lane other than local runs, unless --link-gbps
+// gives it. Prints a table; --json writes it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -42,8 +44,6 @@
 
 namespace tandem {
 namespace {
-
-constexpr double kPcie = 51e9;  // the H200 box's link, measured (BRIEF)
 
 // One timed configuration of the engine (--variants): tokens joined by '+', e.g. "rows2+count".
 //   base     PDL on, the kernels' default choices (cuda_kernel_policy() at start)
@@ -117,7 +117,8 @@ struct Args {
   uint64_t spin_limit_us = 2000;
   double cold_fraction = 89.0 / 384.0;
   int steps = 64, prompt = 16, ctx = 1024, breakdown = 0;
-  double hbm_gbps = 0;  // 0: measured on the device
+  double hbm_gbps = 0;   // 0: measured on the device
+  double link_gbps = 0;  // 0: measured on the device when a lane reads over the link
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -185,6 +186,14 @@ int run(const Args& a) {
   const double kHbm = hbm_gbps * 1e9;
   fmt::print(stderr, "HBM bandwidth for the bound: {:.0f} GB/s ({})\n", hbm_gbps,
              hbm_measured ? "measured: 2 GiB read once, best of 5" : "--hbm-gbps");
+  const auto lane_list = split(a.lanes);
+  const bool uses_link = std::any_of(lane_list.begin(), lane_list.end(), [](const auto& l) { return l != "local"; });
+  const bool link_measured = uses_link && !(a.link_gbps > 0);
+  const double link_gbps = link_measured ? cuda_host_read_bandwidth_gbps(0) : a.link_gbps;
+  const double kPcie = link_gbps * 1e9;
+  if (uses_link)
+    fmt::print(stderr, "link bandwidth for the bound: {:.1f} GB/s ({})\n", link_gbps,
+               link_measured ? "measured: the GPU reading 512 MiB of pinned host memory" : "--link-gbps");
   std::vector<Variant> variants;
   const CudaKernelPolicy defaults = cuda_kernel_policy();
   auto variant = [&](const std::string& spec) { return parse_variant(spec, defaults); };
@@ -269,7 +278,7 @@ int run(const Args& a) {
       engine->hooks = {};
       const double bytes = double(fixed + hot_b + cold_b);
       const double hbm_ms = double(fixed + hot_b + cold_b) / kHbm * 1e3;
-      const double link_ms = double(cold_b) / kPcie * 1e3;
+      const double link_ms = cold_b > 0 ? double(cold_b) / kPcie * 1e3 : 0.0;
       const double bound = std::max(double(fixed + hot_b) / kHbm * 1e3, link_ms);
       if (a.breakdown > 0) {
         step(1);
@@ -341,7 +350,8 @@ int run(const Args& a) {
         rows.push_back({{"lane", lane}, {"batch", B}, {"pdl", pdl}, {"variant", v.label}, {"ms_per_step", ms},
                         {"tokens_per_s", B / ms * 1e3}, {"bytes_per_step", bytes}, {"cold_bytes_per_step", cold_b},
                         {"hbm_bound_ms", hbm_ms}, {"link_bound_ms", link_ms}, {"bound_ms", bound},
-                        {"hbm_gbps", hbm_gbps}, {"hbm_gbps_measured", hbm_measured}, {"peer", peer_json},
+                        {"hbm_gbps", hbm_gbps}, {"hbm_gbps_measured", hbm_measured}, {"link_gbps", link_gbps},
+                        {"link_gbps_measured", link_measured}, {"peer", peer_json},
                         {"expert_max_rows", v.policy.expert_max_rows}, {"expert_by_count", v.policy.expert_by_count},
                         {"linear_mma_min_rows", v.policy.linear_mma_min_rows},
                         {"linear_row_split", v.policy.linear_row_split},
@@ -380,8 +390,11 @@ int run(const Args& a) {
       for (int s : seqs) engine->remove_sequence(s);
     }
   }
-  fmt::print("bound: HBM {:.0f} GB/s ({}), link {:.0f} GB/s\n", hbm_gbps, hbm_measured ? "measured" : "given",
-             kPcie / 1e9);
+  if (uses_link)
+    fmt::print("bound: HBM {:.0f} GB/s ({}), link {:.1f} GB/s ({})\n", hbm_gbps, hbm_measured ? "measured" : "given",
+               link_gbps, link_measured ? "measured" : "given");
+  else
+    fmt::print("bound: HBM {:.0f} GB/s ({})\n", hbm_gbps, hbm_measured ? "measured" : "given");
   fmt::print("{:<6} {:>3} {:>3} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9} {:>6}\n", "lane", "B", "pdl", "ms/step", "tok/s",
              "GB/step", "cold GB", "HBM ms", "bound ms", "x bnd");
   for (const auto& t : table) fmt::print("{}\n", t);
@@ -411,11 +424,12 @@ int main(int argc, char** argv) {
     else if (k == "--pdl") a.pdl = v;
     else if (k == "--variants") a.variants = v;
     else if (k == "--breakdown") a.breakdown = std::stoi(v);
-    else if (k == "--hbm-gbps") {
+    else if (k == "--hbm-gbps" || k == "--link-gbps") {
       char* end = nullptr;
-      a.hbm_gbps = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(a.hbm_gbps > 0)) {
-        std::fprintf(stderr, "error: --hbm-gbps: '%s' is not a bandwidth in GB/s above 0\n", v.c_str());
+      double& gbps = k == "--hbm-gbps" ? a.hbm_gbps : a.link_gbps;
+      gbps = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(gbps > 0)) {
+        std::fprintf(stderr, "error: %s: '%s' is not a bandwidth in GB/s above 0\n", k.c_str(), v.c_str());
         return 2;
       }
     }
@@ -428,7 +442,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_gpu_decode --model DIR [--lanes local,host] [--batches 1,8,16,32] "
                          "[--steps N] [--prompt N] [--ctx N] [--cold-fraction F] [--json FILE] [--peer NAME --rowmap R] "
                          "[--peer-spin-limit US] [--write-rowmap R] [--pdl 0|1|both] [--variants V1,V2,...] "
-                         "[--breakdown STEPS] [--hbm-gbps GBPS (default: measured)]\n");
+                         "[--breakdown STEPS] [--hbm-gbps GBPS (default: measured)] [--link-gbps GBPS (default: measured)]\n");
     return 2;
   }
   try {

@@ -61,7 +61,13 @@ t0=$(date +%s)
 [ -f "$model/config.json" ] && [ -z "${RESYNTH:-}" ] && log "flash-mini already at $model" || \
 "$T" synth --preset flash-mini --out "$model" --router-skew "$skew" \
   --tokenizer "$carry/shared/fixtures/tokenizer/tokenizer.json" --log-level warn > "$out/synth.log" 2>&1
-log "synth flash-mini --router-skew $skew: exit $? in $(( $(date +%s) - t0 )) s"
+rc=$?
+log "synth flash-mini --router-skew $skew: exit $rc in $(( $(date +%s) - t0 )) s"
+if [ ! -f "$model/model.safetensors" ]; then  # nothing below can run without the model: stop, say why
+  log "no model at $model: $(tail -1 "$out/synth.log")"
+  tar czf "$final/results.tgz" -C "$out" . && cp "$out/steps.log" "$final/steps.log"
+  exit 1
+fi
 "$T" info --model "$model" > "$out/info.txt" 2>&1
 
 if [ -n "${ROWMAP:-}" ]; then

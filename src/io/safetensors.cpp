@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -381,6 +382,16 @@ class TempFile {
     if (fd_ >= 0) ::close(fd_);
     if (!committed_) ::unlink(tmp_.c_str());
   }
+  // Refuses before the first byte when the file system cannot hold `bytes` (a synthetic model of tens
+  // of GB would otherwise fail at the end of its write, after minutes, having filled the disk).
+  void reserve(uint64_t bytes) {
+    struct statvfs st {};
+    if (::fstatvfs(fd_, &st) != 0) return;  // unknown: the writes still report a full disk
+    const uint64_t avail = uint64_t(st.f_bavail) * st.f_frsize;
+    if (bytes > avail)
+      fail("cannot write {}: it takes {:.2f} GB and its file system has {:.2f} GB free", path_, double(bytes) / 1e9,
+           double(avail) / 1e9);
+  }
   void write(const void* p, size_t n) {
     const char* c = static_cast<const char*>(p);
     while (n > 0) {
@@ -442,6 +453,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorSpec>& t
   uint64_t header_len = text.size();
 
   TempFile out(path);
+  out.reserve(8 + header_len + offset);
   out.write(&header_len, 8);
   out.write(text.data(), text.size());
   std::vector<uint8_t> buffer(size_t(std::max<uint64_t>(largest, 1)));  // never a null dst

@@ -107,7 +107,8 @@ class TensorStore {
 // multi-gigabyte files stream through a buffer as large as the largest tensor. The header JSON
 // (with __metadata__, plus "format": "pt" unless given) is padded with spaces so the data area starts
 // at a multiple of 8 bytes. Written to a temporary name and renamed at the end, so `path` never holds a
-// half-written file. Names must be unique (and not __metadata__); an unwritable path is an InputError.
+// half-written file. Names must be unique (and not __metadata__); an unwritable path, or a file system
+// without room for the whole file (checked before the first byte), is an InputError.
 struct TensorSpec {
   std::string name;
   DType dtype = DType::kBF16;

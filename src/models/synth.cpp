@@ -208,11 +208,6 @@ uint64_t write_synthetic_model(const json& config, const std::string& dir, const
   if (options.router_skew > 0 && c.router != RouterKind::kSigmoidGroupTopK)
     fail("--router-skew needs a router with a correction bias (deepseek_v3); {} has none", c.model_type);
   std::filesystem::create_directories(dir);
-  {
-    std::ofstream f(dir + "/config.json");
-    if (!f) fail("cannot write {}/config.json", dir);
-    f << config.dump(2) << "\n";
-  }
   // Tokenizer: the given one, or byte-level; ids past it up to the model's vocab are reserved specials.
   json tok;
   if (!options.tokenizer_path.empty()) {
@@ -231,11 +226,6 @@ uint64_t write_synthetic_model(const json& config, const std::string& dir, const
   for (int64_t id = have; id < c.vocab_size; ++id)
     tok["added_tokens"].push_back({{"id", id}, {"content", fmt::format("<|reserved_{}|>", id)}, {"single_word", false},
                                    {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}});
-  {
-    std::ofstream f(dir + "/tokenizer.json");
-    if (!f) fail("cannot write {}/tokenizer.json", dir);
-    f << tok.dump() << "\n";
-  }
 
   const auto planned = plan_tensors(c, options.router_skew);
   uint64_t total = 0;
@@ -271,6 +261,14 @@ uint64_t write_synthetic_model(const json& config, const std::string& dir, const
     specs.push_back(std::move(s));
   }
   write_safetensors(dir + "/model.safetensors", specs);
+  // The small files last: a folder with a config.json holds finished weights (a write that fails,
+  // e.g. for want of disk, leaves an earlier model there whole, or no model).
+  auto write_text = [&](const std::string& name, const std::string& text) {
+    std::ofstream f(dir + "/" + name);
+    if (!(f << text << "\n")) fail("cannot write {}/{}", dir, name);
+  };
+  write_text("tokenizer.json", tok.dump());
+  write_text("config.json", config.dump(2));
   return total;
 }
 

@@ -177,6 +177,23 @@ TEST(BadInput, PromptIdsOutOfVocab) {
   EXPECT_NE(r2.err.find("'x'"), std::string::npos) << r2.err;
 }
 
+TEST(BadInput, SynthThatCannotWriteItsWeightsLeavesNoConfig) {
+  test::TempDir tmp;
+  const std::string dir = tmp.path + "/model";
+  fs::create_directories(dir + "/model.safetensors");  // the weights' name taken by a folder: the rename fails
+  auto r = test::run_tandem({"synth", "--preset", "tiny", "--out", dir});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("cannot write " + dir + "/model.safetensors"), std::string::npos) << r.err;
+  // config.json is written last: a folder holding one holds finished weights.
+  EXPECT_FALSE(fs::exists(dir + "/config.json"));
+  EXPECT_FALSE(fs::exists(dir + "/tokenizer.json"));
+  fs::remove(dir + "/model.safetensors");
+  r = test::run_tandem({"synth", "--preset", "tiny", "--out", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir + "/config.json"));
+  EXPECT_EQ(test::run_tandem({"info", "--model", dir}).exit_code, 0);
+}
+
 TEST(BadInput, UnknownFlagIsExitTwo) {
   auto r = test::run_tandem({"generate", "--no-such-flag"});
   EXPECT_EQ(r.exit_code, 2);

@@ -1,6 +1,7 @@
 // safetensors: writer/reader round trip, the oracle fixture, sharded folders, and every malformed
 // input the header validation must reject with an InputError that says what is wrong.
 #include <gtest/gtest.h>
+#include <sys/statvfs.h>
 
 #include <cstring>
 #include <filesystem>
@@ -352,6 +353,19 @@ TEST(WriteSafetensors, UnwritablePathAndBadNames) {
       [&] { write_safetensors(dir.file("d.safetensors"), {f32_spec("a", {1}, 0.0f), f32_spec("a", {1}, 0.0f)}); },
       {"'a'", "twice"});
   EXPECT_FALSE(std::filesystem::exists(dir.file("d.safetensors")));
+}
+
+TEST(WriteSafetensors, FileLargerThanTheFreeSpaceIsRefusedBeforeItsFirstByte) {
+  TempDir dir;
+  struct statvfs st {};
+  ASSERT_EQ(::statvfs(dir.path.c_str(), &st), 0);
+  const int64_t avail = int64_t(st.f_bavail) * int64_t(st.f_frsize);
+  bool filled = false;
+  TensorSpec big{"big", DType::kU8, {avail + (int64_t(1) << 20)}, [&](uint8_t*, size_t) { filled = true; }};
+  expect_input_error([&] { write_safetensors(dir.file("big.safetensors"), {big}); },
+                     {"cannot write", "big.safetensors", "GB free"});
+  EXPECT_FALSE(filled) << "the check must come before any tensor is produced";
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path));
 }
 
 TEST(WriteSafetensors, FailingFillLeavesNoFile) {

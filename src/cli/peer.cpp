@@ -162,8 +162,9 @@ RunFn setup(CLI::App& app) {
                  "features; a primary started with `--lane split` reads the first F over PCIe (it takes this cut; "
                  "see the header's split_column). auto: F = link / (link + DRAM) from the link's bandwidth (the "
                  "GPU of --link-device reading pinned host memory, or --link-gbps) and this host's DRAM "
-                 "(measured with --threads, or --dram-gbps), where both parts take equally long. 0 (default): whole "
-                 "experts, for the peer lane");
+                 "(measured with --threads, or --dram-gbps), where both parts take equally long: near the best at "
+                 "one user; with many users a lower F can be faster (the GPU's part adds to its hot experts' time; "
+                 "measure with `tandem bench`). 0 (default): whole experts, for the peer lane");
   app.add_option("--link-gbps", o->link_gbps,
                  "--split-share auto: the link's bandwidth in GB/s instead of measuring it")
       ->check(CLI::NonNegativeNumber);

@@ -210,7 +210,7 @@ int run(const Args& a) {
   }
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::string> table;
-  for (const std::string& lane : split(a.lanes)) {
+  for (const std::string& lane : lane_list) {
     CudaOptions co;
     std::vector<std::vector<int32_t>> cold(size_t(c.n_layer));
     auto cold_lists = [&] {

@@ -433,13 +433,14 @@ int run(Opts o) {
   // The split lane's share of each cold expert read over the link (the features the GPU holds: the cut
   // its runtime took, from --split-share or, with auto, from its peer).
   const int64_t inter = first.model->cfg.moe_intermediate_size;
-  const double split_share = wants("split") ? double(runtimes.at("split").split_column) / double(inter) : 0.0;
+  const int64_t cut = wants("split") ? runtimes.at("split").split_column : 0;
+  const double split_share = double(cut) / double(inter);
   if (wants("split")) {
-    report.options["split_column"] = runtimes.at("split").split_column;
+    report.options["split_column"] = cut;
     report.options["split_share_used"] = split_share;
     report.notes.push_back(fmt::format("Split lane: each cold expert cut at feature {} of {} ({:.3f} over the link; "
                                        "--split-share {}{}).",
-                                       runtimes.at("split").split_column, inter, split_share, o.model.split,
+                                       cut, inter, split_share, o.model.split,
                                        o.model.split == "auto" ? ": the cut its peer chose" : ""));
   }
   std::set<std::pair<std::string, int64_t>> warmed;

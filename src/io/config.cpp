@@ -18,6 +18,10 @@ namespace {
 
 using json = nlohmann::json;
 
+// The largest size a config may give (layers, widths, experts, vocabulary). Checked as each field is
+// read, before anything is sized from it: a lying num_hidden_layers must not reach an allocation.
+constexpr int64_t kDimensionLimit = int64_t(1) << 24;
+
 // Reads config fields with errors that name the file and the field.
 class Fields {
  public:
@@ -30,9 +34,12 @@ class Fields {
     return integer_of(j_[key], key);
   }
   int64_t integer(const char* key, int64_t fallback) const { return has(key) ? integer_of(j_[key], key) : fallback; }
+  // A size: positive and at most kDimensionLimit.
   int64_t positive(const char* key) const {
     int64_t v = integer(key);
     if (v <= 0) fail("{}: field '{}' must be positive, got {}", source_, key, v);
+    if (v > kDimensionLimit)
+      fail("{}: field '{}' ({}) exceeds the supported limit {}", source_, key, v, kDimensionLimit);
     return v;
   }
   double number(const char* key, double fallback) const {
@@ -214,10 +221,9 @@ ModelConfig parse_config(const json& j, std::string_view source) {
       if (step <= 0) fail("{}: decoder_sparse_step must be positive", source);
       std::vector<int64_t> mlp_only = f.has("mlp_only_layers") ? int_list(j["mlp_only_layers"], source, "mlp_only_layers")
                                                               : std::vector<int64_t>{};
-      for (int64_t l = 0; l < c.n_layer; ++l) {
-        bool dense = std::find(mlp_only.begin(), mlp_only.end(), l) != mlp_only.end();
-        c.layer_is_moe[size_t(l)] = !dense && (l + 1) % step == 0;
-      }
+      for (int64_t l = 0; l < c.n_layer; ++l) c.layer_is_moe[size_t(l)] = (l + 1) % step == 0;
+      for (int64_t l : mlp_only)
+        if (l >= 0 && l < c.n_layer) c.layer_is_moe[size_t(l)] = false;
       break;
     }
     case Arch::kMixtral:
@@ -278,16 +284,19 @@ ModelConfig parse_config(const json& j, std::string_view source) {
       break;
     }
   }
+  if (c.head_dim <= 0)
+    fail("{}: hidden_size ({}) is smaller than num_attention_heads ({}) and head_dim is not given", source,
+         c.hidden_size, c.n_head);
   if (c.n_expert_used > c.n_expert)
     fail("{}: num_experts_per_tok ({}) exceeds the number of experts ({})", source, c.n_expert_used, c.n_expert);
   for (int64_t l = 0; l < c.n_layer; ++l)
     if (!c.layer_is_moe[size_t(l)] && c.intermediate_size <= 0)
       fail("{}: layer {} is dense but intermediate_size is missing", source, l);
   // Guard the arithmetic downstream (buffers are sized from these).
-  const int64_t kLimit = int64_t(1) << 24;
   for (int64_t v : {c.vocab_size, c.hidden_size, c.n_layer, c.n_head, c.head_dim, c.intermediate_size,
                     c.moe_intermediate_size, c.n_expert, c.kv_lora_rank, c.q_lora_rank})
-    if (v > kLimit) fail("{}: a dimension ({}) exceeds the supported limit {}", source, v, kLimit);
+    if (v > kDimensionLimit)
+      fail("{}: a dimension ({}) exceeds the supported limit {}", source, v, kDimensionLimit);
   return c;
 }
 

@@ -68,6 +68,27 @@ TEST(Config, QwenDenseLayers) {
   EXPECT_EQ(parse_config(a, "a").layer_is_moe, (std::vector<bool>{false, true, false, true}));
 }
 
+// A lying layer count is refused as it is read, before the per-layer table is sized from it (the
+// fuzzer found a config whose num_hidden_layers asked for a 4 TiB allocation).
+TEST(Config, HugeSizesAreRefusedBeforeAnythingIsAllocated) {
+  json a = qwen3();
+  a["num_hidden_layers"] = int64_t(1) << 45;
+  EXPECT_NE(error_of(a).find("'num_hidden_layers' (35184372088832) exceeds the supported limit 16777216"),
+            std::string::npos)
+      << error_of(a);
+  json b = qwen3();
+  b["num_experts"] = int64_t(1) << 30;
+  EXPECT_NE(error_of(b).find("'num_experts' (1073741824) exceeds the supported limit"), std::string::npos);
+  json c = qwen3();
+  c["intermediate_size"] = int64_t(1) << 30;
+  EXPECT_NE(error_of(c).find("exceeds the supported limit"), std::string::npos);
+  json d = qwen3();
+  d["num_attention_heads"] = 128;
+  d["num_key_value_heads"] = 128;
+  EXPECT_NE(error_of(d).find("hidden_size (64) is smaller than num_attention_heads (128)"), std::string::npos)
+      << error_of(d);
+}
+
 TEST(Config, Errors) {
   json a = qwen3();
   a.erase("vocab_size");

@@ -1,9 +1,6 @@
 // config.json → ModelConfig (see config.h). Field names and defaults follow transformers' config
 // classes for each model_type; hub checkpoints and transformers 5 spell a few fields differently
 // (rope_theta vs rope_parameters, num_experts vs num_local_experts), and both spellings load.
-#include <algorithm>
-
-#include "core/error.h"
 #include "io/config.h"
 
 #include <cmath>
@@ -292,9 +289,10 @@ ModelConfig parse_config(const json& j, std::string_view source) {
   for (int64_t l = 0; l < c.n_layer; ++l)
     if (!c.layer_is_moe[size_t(l)] && c.intermediate_size <= 0)
       fail("{}: layer {} is dense but intermediate_size is missing", source, l);
-  // Guard the arithmetic downstream (buffers are sized from these).
-  for (int64_t v : {c.vocab_size, c.hidden_size, c.n_layer, c.n_head, c.head_dim, c.intermediate_size,
-                    c.moe_intermediate_size, c.n_expert, c.kv_lora_rank, c.q_lora_rank})
+  // Guard the arithmetic downstream (buffers are sized from these). Sizes read with positive() are
+  // bounded already; these are read as plain integers (0 when absent) or derived (MLA's head_dim is
+  // the sum of two).
+  for (int64_t v : {c.head_dim, c.intermediate_size, c.q_lora_rank})
     if (v > kDimensionLimit)
       fail("{}: a dimension ({}) exceeds the supported limit {}", source, v, kDimensionLimit);
   return c;

@@ -33,7 +33,7 @@ ChatTemplate ChatTemplate::parse(std::string source, std::string origin) {
   try {
     t.body_ = std::make_shared<const Body>(parse_template(source));
   } catch (const ChatTemplateError& e) {
-    throw ChatTemplateError(origin + ": " + e.message(), e.line(), false);
+    throw ChatTemplateError(e.message(), e.line(), false, origin);
   }
   t.source_ = std::move(source);
   t.origin_ = std::move(origin);
@@ -44,7 +44,11 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& vars, const Rende
   if (!vars.is_object()) fail("chat template variables must be a JSON object");
   Value v = from_json(vars);
   Interpreter in(options);
-  return in.render(*body_, *v.dict);
+  try {
+    return in.render(*body_, *v.dict);
+  } catch (const ChatTemplateError& e) {
+    throw ChatTemplateError(e.message(), e.line(), e.raised(), origin_);
+  }
 }
 
 std::string render_chat(const ChatTemplate& tmpl, const nlohmann::ordered_json& messages,

@@ -320,7 +320,7 @@ Value f_round(const Value& v, CallArgs& a) {
   std::string method = m ? to_str(*m) : "common";
   double scale = std::pow(10.0, static_cast<double>(precision));
   double y = x * scale;
-  y = method == "ceil" ? std::ceil(y) : method == "floor" ? std::floor(y) : std::round(y);
+  y = method == "ceil" ? std::ceil(y) : method == "floor" ? std::floor(y) : std::nearbyint(y);  // Python: half to even
   return Value::from(y / scale);
 }
 

@@ -48,9 +48,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, Interpre
       l.insert(l.end(), b.list->begin(), b.list->end());
       return Value::from(std::move(l), a.tuple);
     }
-    if (a.kind == Kind::String || b.kind == Kind::String) {
-      template_fail(line, "can only concatenate str (not \"{}\") to str", type_name(a.kind == Kind::String ? b : a));
-    }
+    if (a.kind == Kind::String) template_fail(line, "can only concatenate str (not \"{}\") to str", type_name(b));
   }
   if (op == "*") {
     if ((a.kind == Kind::String || a.kind == Kind::List) && (b.kind == Kind::Int || b.kind == Kind::Bool)) {
@@ -349,7 +347,7 @@ void Interpreter::exec_set(const Node& n, Value value) {
 
 Interpreter::Flow Interpreter::exec_for(const Node& n, std::string& out) {
   List items = iterate(eval(*n.expr), n.line);
-  scopes_.emplace_back();
+  // Each iteration runs in a fresh scope, as in jinja2: a `set` in the body is gone by the next one.
   auto bind = [&](const Value& item) {
     if (n.targets.size() == 1) {
       assign(n.targets[0], item);
@@ -365,14 +363,18 @@ Interpreter::Flow Interpreter::exec_for(const Node& n, std::string& out) {
     List kept;
     for (const Value& item : items) {
       step(n.line);
+      scopes_.emplace_back();
       bind(item);
-      if (truthy(eval(*n.cond))) kept.push_back(item);
+      bool keep = truthy(eval(*n.cond));
+      scopes_.pop_back();
+      if (keep) kept.push_back(item);
     }
     items = std::move(kept);
   }
   const int64_t len = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < len; ++i) {
     step(n.line);
+    scopes_.emplace_back();
     bind(items[static_cast<size_t>(i)]);
     auto loop = std::make_shared<Dict>();
     loop->set("index", Value::from(i + 1));
@@ -392,9 +394,9 @@ Interpreter::Flow Interpreter::exec_for(const Node& n, std::string& out) {
     }));
     assign("loop", Value::from(std::move(loop)));
     Flow f = exec(n.body, out);
+    scopes_.pop_back();
     if (f == Flow::Break) break;
   }
-  scopes_.pop_back();
   if (len == 0) return exec(n.else_body, out);
   return Flow::Normal;
 }

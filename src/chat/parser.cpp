@@ -593,7 +593,7 @@ class Parser {
   ExprPtr parse_filter(ExprPtr input) {  // after the `|`
     auto e = make(ExprKind::Filter, cur().line);
     e->name = expect_name();
-    while (skip_op(".")) e->name += "." + expect_name();
+    while (skip_op(".")) e->name.append(1, '.').append(expect_name());
     e->kids.push_back(std::move(input));
     if (is_op("(")) parse_call_args(*e);
     e->known = find_filter(e->name) != nullptr;
@@ -619,7 +619,7 @@ class Parser {
     auto e = make(ExprKind::Test, line);
     e->negated = skip_name("not");
     e->name = expect_name();
-    while (skip_op(".")) e->name += "." + expect_name();
+    while (skip_op(".")) e->name.append(1, '.').append(expect_name());
     e->kids.push_back(std::move(node));
     const Token& c = cur();
     if (is_op("(")) {

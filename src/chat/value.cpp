@@ -10,9 +10,8 @@
 
 namespace tandem::chat {
 
-ChatTemplateError::ChatTemplateError(std::string message, int line, bool raised)
-    : InputError(line > 0 ? fmt::format("chat template, line {}: {}", line, message)
-                          : fmt::format("chat template: {}", message)),
+ChatTemplateError::ChatTemplateError(std::string message, int line, bool raised, const std::string& origin)
+    : InputError(line > 0 ? fmt::format("{}, line {}: {}", origin, line, message) : fmt::format("{}: {}", origin, message)),
       message_(std::move(message)),
       line_(line),
       raised_(raised) {}
@@ -132,16 +131,16 @@ std::string float_repr(double d) {
   if (d == 0) return out + "0.0";
   if (exp >= -4 && exp < 16) {
     if (exp < 0) {
-      out += "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+      out.append("0.").append(static_cast<size_t>(-exp - 1), '0').append(digits);
     } else if (static_cast<int>(digits.size()) <= exp + 1) {
-      out += digits + std::string(static_cast<size_t>(exp + 1) - digits.size(), '0') + ".0";
+      out.append(digits).append(static_cast<size_t>(exp + 1) - digits.size(), '0').append(".0");
     } else {
-      out += digits.substr(0, static_cast<size_t>(exp + 1)) + "." + digits.substr(static_cast<size_t>(exp + 1));
+      out.append(digits, 0, static_cast<size_t>(exp + 1)).append(1, '.').append(digits, static_cast<size_t>(exp + 1));
     }
     return out;
   }
   out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  if (digits.size() > 1) out.append(1, '.').append(digits, 1);
   out += fmt::format("e{}{:02d}", exp < 0 ? '-' : '+', std::abs(exp));
   return out;
 }

@@ -24,7 +24,8 @@ namespace tandem::chat {
 // raised() is true for the template's own raise_exception(message), whose text is message().
 class ChatTemplateError : public InputError {
  public:
-  ChatTemplateError(std::string message, int line, bool raised);
+  // what(): "<origin>, line <line>: <message>".
+  ChatTemplateError(std::string message, int line, bool raised, const std::string& origin = "chat template");
   const std::string& message() const { return message_; }
   int line() const { return line_; }
   bool raised() const { return raised_; }

@@ -331,6 +331,7 @@ void Interpreter::exec_set(const Node& n, Value value) {
   if (!n.attr.empty()) {
     Value ns = lookup(n.text);
     if (ns.kind != Kind::Namespace) template_fail(n.line, "cannot assign attribute on non-namespace object '{}'", n.text);
+    check_storable(value, ns.dict.get(), n.line);
     ns.dict->set(n.attr, std::move(value));
     return;
   }

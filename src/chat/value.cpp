@@ -9,6 +9,25 @@
 #include <cmath>
 
 namespace tandem::chat {
+namespace {
+
+// Bounds every walk over nested values (print, compare, convert): hostile input gets an error, not a
+// stack overflow.
+constexpr int kMaxNesting = 512;
+thread_local int t_depth = 0;
+struct NestGuard {
+  NestGuard() {
+    if (++t_depth > kMaxNesting) {
+      --t_depth;
+      template_fail(0, "value nested more than {} levels deep", kMaxNesting);
+    }
+  }
+  ~NestGuard() { --t_depth; }
+  NestGuard(const NestGuard&) = delete;
+  NestGuard& operator=(const NestGuard&) = delete;
+};
+
+}  // namespace
 
 ChatTemplateError::ChatTemplateError(std::string message, int line, bool raised, const std::string& origin)
     : InputError(line > 0 ? fmt::format("{}, line {}: {}", origin, line, message) : fmt::format("{}: {}", origin, message)),
@@ -191,6 +210,7 @@ std::string repr_string(std::string_view s) {
 }
 
 std::string repr(const Value& v) {
+  NestGuard guard;
   switch (v.kind) {
     case Kind::String:
       return repr_string(v.str);
@@ -297,6 +317,7 @@ static double as_double(const Value& v) {
 }
 
 bool equals(const Value& a, const Value& b) {
+  NestGuard guard;
   if (a.is_number() && b.is_number()) {
     if (a.kind != Kind::Float && b.kind != Kind::Float) {
       int64_t x = a.kind == Kind::Bool ? a.boolean : a.integer;
@@ -338,6 +359,7 @@ bool equals(const Value& a, const Value& b) {
 }
 
 int compare(const Value& a, const Value& b, int line) {
+  NestGuard guard;
   if (a.is_undefined()) undefined_fail(a, line);
   if (b.is_undefined()) undefined_fail(b, line);
   if (a.is_number() && b.is_number()) {
@@ -366,6 +388,7 @@ int compare(const Value& a, const Value& b, int line) {
 // ---- JSON ----
 
 Value from_json(const nlohmann::ordered_json& j) {
+  NestGuard guard;
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
     case nlohmann::ordered_json::value_t::discarded:
@@ -480,6 +503,18 @@ static void json_value(std::string& out, const Value& v, const JsonStyle& st, in
     case Kind::Namespace:
     case Kind::Callable:
       template_fail(line, "Object of type {} is not JSON serializable", type_name(v));
+  }
+}
+
+void check_storable(const Value& v, const Dict* ns, int line) {
+  NestGuard guard;
+  if ((v.kind == Kind::Dict || v.kind == Kind::Namespace) && v.dict.get() == ns) {
+    template_fail(line, "a namespace cannot hold itself");
+  }
+  if (v.kind == Kind::List) {
+    for (const Value& x : *v.list) check_storable(x, ns, line);
+  } else if (v.kind == Kind::Dict || v.kind == Kind::Namespace) {
+    for (const auto& [k, x] : v.dict->entries()) check_storable(x, ns, line);
   }
 }
 

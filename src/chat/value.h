@@ -115,6 +115,10 @@ int compare(const Value& a, const Value& b, int line);
 // Where an Undefined is used in a way jinja2 refuses (arithmetic, attribute of it, calling it).
 [[noreturn]] void undefined_fail(const Value& v, int line);
 
+// Before `ns.attr = v`: fails (line) when v holds the namespace ns (a cycle) or nests too deeply, so
+// that values stay trees of bounded depth.
+void check_storable(const Value& v, const Dict* ns, int line);
+
 // JSON in and out. Object key order is kept (inputs must come as ordered_json for that).
 Value from_json(const nlohmann::ordered_json& j);
 struct JsonStyle {

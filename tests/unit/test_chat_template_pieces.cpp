@@ -206,6 +206,14 @@ TEST(ChatTemplateBadInput, HostileTemplatesEndInAnErrorNotAHang) {
   for (int i = 0; i < 1000; ++i) ifs += "{% if true %}";
   EXPECT_NE(error_of(ifs).find("nested too deeply"), std::string::npos);
   EXPECT_NE(error_of("{{ 9223372036854775807 + 1 }}").find("overflow"), std::string::npos);
+  // namespaces are the only mutable values: no cycles, no unbounded nesting through them
+  EXPECT_NE(error_of("{% set ns = namespace(x=1) %}{% set ns.x = [ns] %}{{ ns }}").find("cannot hold itself"), std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}")
+                .find("levels deep"),
+            std::string::npos);
+  ordered_json deep = ordered_json::array();
+  for (int i = 0; i < 2000; ++i) deep = ordered_json::array({deep});
+  EXPECT_NE(error_of("{{ x }}", {{"x", deep}}).find("levels deep"), std::string::npos);
 }
 
 // Random bytes, and real templates with random bytes changed, are either rendered or refused with a

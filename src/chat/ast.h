@@ -69,6 +69,13 @@ struct Node {
   std::vector<Param> params;               // Macro, CallBlock (the caller's)
   std::vector<std::pair<std::string, ExprPtr>> assigns;  // With
   std::vector<ExprPtr> filters;            // SetBlock, FilterBlock: Filter exprs with a null input
+  // Names that start out undefined in the frame `body` opens (and `else_body`, for a For): see scopes.h.
+  std::vector<std::string> body_undefined, else_undefined;
+};
+
+struct Template {
+  Body body;
+  std::vector<std::string> body_undefined;  // the root frame's (scopes.h)
 };
 
 }  // namespace tandem::chat

@@ -31,7 +31,7 @@ std::string special_token(const nlohmann::ordered_json& config, const char* key,
 ChatTemplate ChatTemplate::parse(std::string source, std::string origin) {
   ChatTemplate t;
   try {
-    t.body_ = std::make_shared<const Body>(parse_template(source));
+    t.tree_ = std::make_shared<const Template>(parse_template(source));
   } catch (const ChatTemplateError& e) {
     throw ChatTemplateError(e.message(), e.line(), false, origin);
   }
@@ -45,7 +45,7 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& vars, const Rende
   Value v = from_json(vars);
   Interpreter in(options);
   try {
-    return in.render(*body_, *v.dict);
+    return in.render(*tree_, *v.dict);
   } catch (const ChatTemplateError& e) {
     throw ChatTemplateError(e.message(), e.line(), e.raised(), origin_);
   }

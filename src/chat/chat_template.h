@@ -29,7 +29,7 @@ class ChatTemplate {
 
  private:
   std::string source_, origin_;
-  std::shared_ptr<const Body> body_;
+  std::shared_ptr<const Template> tree_;
 };
 
 // The prompt for a chat request, with the variables transformers' apply_chat_template passes:

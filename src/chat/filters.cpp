@@ -147,9 +147,10 @@ Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
 
 Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
   List out;
-  const std::string* attribute = attribute_arg(a, 99);
+  constexpr size_t kKeywordOnly = SIZE_MAX;  // map(attribute=..., default=...) takes them by name only
+  const std::string* attribute = attribute_arg(a, kKeywordOnly);
   if (attribute) {
-    const Value* d = arg(a, 99, "default");
+    const Value* d = arg(a, kKeywordOnly, "default");
     for (const Value& x : iterate(v, a.line)) {
       Value r = attr_path(x, *attribute, a.line);
       out.push_back(r.is_undefined() && d ? *d : r);
@@ -210,6 +211,7 @@ Value f_minmax(const Value& v, CallArgs& a, bool want_max) {
 }
 
 Value f_int(Interpreter&, const Value& v, CallArgs& a) {
+  if (v.is_undefined()) undefined_fail(v, a.line);  // int(Undefined) raises in jinja2
   const Value* d = arg(a, 0, "default");
   Value fallback = d ? *d : Value::from(int64_t{0});
   switch (v.kind) {
@@ -243,6 +245,7 @@ Value f_int(Interpreter&, const Value& v, CallArgs& a) {
 }
 
 Value f_float(Interpreter&, const Value& v, CallArgs& a) {
+  if (v.is_undefined()) undefined_fail(v, a.line);
   const Value* d = arg(a, 0, "default");
   Value fallback = d ? *d : Value::from(0.0);
   if (v.is_number()) return Value::from(v.kind == Kind::Float ? v.real : static_cast<double>(v.kind == Kind::Bool ? v.boolean : v.integer));
@@ -312,6 +315,7 @@ Value f_escape(const Value& v) {
 }
 
 Value f_round(const Value& v, CallArgs& a) {
+  if (v.is_undefined()) undefined_fail(v, a.line);
   if (!v.is_number()) template_fail(a.line, "round: '{}' is not a number", type_name(v));
   double x = v.kind == Kind::Float ? v.real : static_cast<double>(v.kind == Kind::Bool ? v.boolean : v.integer);
   int64_t precision = 0;
@@ -409,6 +413,7 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
         return total;
       }},
       {"abs", +[](Interpreter&, const Value& v, CallArgs& a) {
+        if (v.is_undefined()) undefined_fail(v, a.line);
         if (v.kind == Kind::Float) return Value::from(std::fabs(v.real));
         if (v.kind != Kind::Int && v.kind != Kind::Bool) template_fail(a.line, "bad operand type for abs(): '{}'", type_name(v));
         int64_t i = v.kind == Kind::Bool ? v.boolean : v.integer;

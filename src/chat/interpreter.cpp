@@ -220,12 +220,19 @@ void Interpreter::check_size(size_t bytes, int line) {
   if (bytes > options_.max_output) template_fail(line, "rendered text larger than {} bytes", options_.max_output);
 }
 
-std::string Interpreter::render(const Body& body, const Dict& vars) {
+std::string Interpreter::render(const Template& tmpl, const Dict& vars) {
   scopes_.assign(1, Scope{});
   for (const auto& [k, v] : vars.entries()) scopes_[0][k] = v;
+  for (const auto& [k, v] : frame_scope(tmpl.body_undefined)) scopes_[0][k] = v;
   std::string out;
-  exec(body, out);
+  exec(tmpl.body, out);
   return out;
+}
+
+Interpreter::Scope Interpreter::frame_scope(const std::vector<std::string>& undefined_names) const {
+  Scope scope;
+  for (const auto& name : undefined_names) scope[name] = Value::undefined("'" + name + "' is undefined");
+  return scope;
 }
 
 Value Interpreter::lookup(const std::string& name) const {
@@ -250,10 +257,10 @@ Interpreter::Flow Interpreter::exec(const Body& body, std::string& out) {
   return Flow::Normal;
 }
 
-std::string Interpreter::render_scoped(const Body& body) {
-  scopes_.emplace_back();
+std::string Interpreter::render_scoped(const Node& n) {
+  scopes_.push_back(frame_scope(n.body_undefined));
   std::string out;
-  exec(body, out);
+  exec(n.body, out);
   scopes_.pop_back();
   return out;
 }
@@ -278,7 +285,7 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, std::string& out) {
       exec_set(n, eval(*n.expr));
       break;
     case NodeKind::SetBlock: {
-      Value v = Value::from(render_scoped(n.body));
+      Value v = Value::from(render_scoped(n));
       for (const auto& f : n.filters) {
         CallArgs a = eval_args(*f, 1);
         v = filter(f->name, v, a, f->line);
@@ -287,7 +294,7 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, std::string& out) {
       break;
     }
     case NodeKind::FilterBlock: {
-      Value v = Value::from(render_scoped(n.body));
+      Value v = Value::from(render_scoped(n));
       for (const auto& f : n.filters) {
         CallArgs a = eval_args(*f, 1);
         v = filter(f->name, v, a, f->line);
@@ -308,7 +315,7 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, std::string& out) {
       break;
     }
     case NodeKind::With: {
-      Scope scope;
+      Scope scope = frame_scope(n.body_undefined);
       for (const auto& [name, e] : n.assigns) scope[name] = eval(*e);
       scopes_.push_back(std::move(scope));
       Flow f = exec(n.body, out);
@@ -375,7 +382,7 @@ Interpreter::Flow Interpreter::exec_for(const Node& n, std::string& out) {
   const int64_t len = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < len; ++i) {
     step(n.line);
-    scopes_.emplace_back();
+    scopes_.push_back(frame_scope(n.body_undefined));
     bind(items[static_cast<size_t>(i)]);
     auto loop = std::make_shared<Dict>();
     loop->set("index", Value::from(i + 1));
@@ -398,7 +405,12 @@ Interpreter::Flow Interpreter::exec_for(const Node& n, std::string& out) {
     scopes_.pop_back();
     if (f == Flow::Break) break;
   }
-  if (len == 0) return exec(n.else_body, out);
+  if (len == 0) {
+    scopes_.push_back(frame_scope(n.else_undefined));
+    Flow f = exec(n.else_body, out);
+    scopes_.pop_back();
+    return f;
+  }
   return Flow::Normal;
 }
 
@@ -409,13 +421,11 @@ Value Interpreter::define_macro(const Node& n) {
       template_fail(a.line, "macro calls nested more than {} deep", in.options_.max_call_depth);
     }
     in.step(a.line);
-    Scope scope;
-    size_t used = 0;
+    Scope scope = in.frame_scope(node->body_undefined);
     for (size_t i = 0; i < node->params.size(); ++i) {
       const Param& p = node->params[i];
       const Value* v = arg(a, i, p.name);
       if (v) {
-        ++used;
         scope[p.name] = *v;
       } else if (p.default_value) {
         scope[p.name] = in.eval(*p.default_value);
@@ -452,7 +462,6 @@ Value Interpreter::define_macro(const Node& n) {
     in.scopes_.pop_back();
     in.floor_ = saved_floor;
     --in.call_depth_;
-    (void)used;
     return Value::from(std::move(out));
   });
 }

@@ -28,8 +28,8 @@ class Interpreter {
  public:
   explicit Interpreter(const RenderOptions& options);
 
-  // Renders `body` with `vars` as the template's variables.
-  std::string render(const Body& body, const Dict& vars);
+  // Renders `tmpl` with `vars` as the template's variables.
+  std::string render(const Template& tmpl, const Dict& vars);
 
   Value eval(const Expr& e);
   Value call(const Value& callee, CallArgs& args, int line);
@@ -52,7 +52,8 @@ class Interpreter {
   Value eval_compare(const Expr& e);
   Value eval_call(const Expr& e);
   CallArgs eval_args(const Expr& e, size_t first);
-  std::string render_scoped(const Body& body);  // in a scope of its own
+  std::string render_scoped(const Node& n);  // n.body in a frame of its own
+  Scope frame_scope(const std::vector<std::string>& undefined_names) const;  // a new frame's scope (scopes.h)
 
   Value lookup(const std::string& name) const;
   void assign(const std::string& name, Value v) { scopes_.back()[name] = std::move(v); }

@@ -8,6 +8,7 @@
 
 #include "chat/builtins.h"
 #include "chat/lexer.h"
+#include "chat/scopes.h"
 
 namespace tandem::chat {
 namespace {
@@ -18,10 +19,12 @@ class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
 
-  Body run() {
-    Body body = parse_body({}, nullptr, "");
-    check_names(body, false);
-    return body;
+  Template run() {
+    Template t;
+    t.body = parse_body({}, nullptr, "");
+    check_names(t.body, false);
+    resolve_scopes(t);
+    return t;
   }
 
  private:
@@ -555,7 +558,16 @@ class Parser {
       parts.push_back(part());
     }
     if (!is_slice && !parts[0]) unexpected("an expression");
-    if (is_op(",")) template_fail(cur().line, "tuple subscripts are not supported");
+    if (!is_slice && is_op(",")) {  // x[a, b]: a tuple key (no dict here has one: Undefined)
+      auto key = make(ExprKind::List, line);
+      key->tuple = true;
+      key->kids.push_back(std::move(parts[0]));
+      while (skip_op(",")) {
+        if (is_op("]")) break;
+        key->kids.push_back(parse_expression(true));
+      }
+      parts[0] = std::move(key);
+    }
     expect_op("]");
     auto e = make(is_slice ? ExprKind::Slice : ExprKind::GetItem, line);
     e->kids.push_back(std::move(node));
@@ -687,6 +699,6 @@ class Parser {
 
 }  // namespace
 
-Body parse_template(std::string_view source) { return Parser(lex(source)).run(); }
+Template parse_template(std::string_view source) { return Parser(lex(source)).run(); }
 
 }  // namespace tandem::chat

@@ -10,6 +10,6 @@
 
 namespace tandem::chat {
 
-Body parse_template(std::string_view source);
+Template parse_template(std::string_view source);  // with its frames resolved (scopes.h)
 
 }  // namespace tandem::chat

@@ -113,6 +113,25 @@ TEST(ChatTemplatePieces, Statements) {
   EXPECT_EQ(render("{% set a, b = 1, 2 %}{{ a }}{{ b }}{% with c = 3 %}{{ c }}{% endwith %}{{ c }}"), "123");
 }
 
+// Which names start undefined in a frame follows jinja2's compiler (expected texts from jinja2 3.1.6).
+TEST(ChatTemplatePieces, FramesSeeNamesAsJinja2Does) {
+  ordered_json vars = {{"y", "why"}, {"x", true}};
+  EXPECT_EQ(render("{{ y }}{% set y = 1 %}{{ y }}", vars), "why1");
+  EXPECT_EQ(render("{% for i in [1] %}{{ y }}{% endfor %}{% set y = 1 %}{{ y }}", vars), "1");
+  EXPECT_EQ(render("{% for i in [1] %}{{ y }}{% endfor %}{% if false %}{% set y = 1 %}{% endif %}", vars), "why");
+  EXPECT_EQ(render("{% for i in [1] %}{{ y }}{% set y = 2 %}{{ y }}{% endfor %}{{ y }}", vars), "why2why");
+  EXPECT_EQ(render("{% for i in [1] %}{% for j in [1] %}{{ y }}{% endfor %}{% set y = 2 %}{% endfor %}", vars), "");
+  EXPECT_EQ(render("{% macro f() %}{{ y }}{% endmacro %}{{ f() }}{% set y = 1 %}{{ f() }}", vars), "1");
+  EXPECT_EQ(render("{% for i in [1, 2] %}{{ y }}{% if i == 1 %}{% set y = 3 %}{% endif %}{{ y }};{% endfor %}", vars),
+            "why3;whywhy;");
+  EXPECT_EQ(render("{% for i in [1] %}{{ y }}{% endfor %}{% if x %}{% set y = 1 %}{% elif x %}{% set y = 3 %}"
+                   "{% else %}{% set y = 2 %}{% endif %}",
+                   vars),
+            "why");
+  EXPECT_EQ(render("{% for i in [] %}{% else %}{{ y }}{% set y = 5 %}{{ y }}{% endfor %}{{ y }}", vars), "why5why");
+  EXPECT_EQ(render("{% set x %}{{ y }}{% set y = 9 %}{% endset %}{{ x }}{{ y }}", vars), "whywhy");
+}
+
 TEST(ChatTemplatePieces, FiltersAndMethods) {
   EXPECT_EQ(render("{{ '  a b  '|trim }}|{{ 'Hello'|upper }}{{ 'Hello'|lower }}|{{ [1,2]|length }}{{ 'héllo'|length }}|"
                    "{{ [3,1,2]|sort }}|{{ ['a','b']|join(', ') }}|{{ none|default('x') }}{{ u|default('y') }}{{ ''|default('z', true) }}"),
@@ -145,6 +164,8 @@ TEST(ChatTemplatePieces, ErrorsAndRaiseException) {
   EXPECT_NE(error_of("{{ 1 + 'a' }}").find("unsupported operand"), std::string::npos);
   EXPECT_NE(error_of("{{ x|length }}", {{"x", nullptr}}).find("has no len()"), std::string::npos);
   EXPECT_NE(error_of("{{ 3 / 0 }}").find("division by zero"), std::string::npos);
+  EXPECT_NE(error_of("{{ u|int }}").find("'u' is undefined"), std::string::npos);
+  EXPECT_EQ(render("{{ d[1, 2] is defined }}", {{"d", {{"a", 1}}}}), "False");
   EXPECT_NE(error_of("{% set d = {'a': 1} %}{% set d.a = 2 %}").find("non-namespace"), std::string::npos);
 }
 

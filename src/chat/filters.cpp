@@ -453,11 +453,26 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
   return table;
 }
 
-bool number_arg(const CallArgs& a, int64_t* out) {
-  const Value* v = arg(a, 0, "num");
-  if (!v || (v->kind != Kind::Int && v->kind != Kind::Bool)) return false;
-  *out = v->kind == Kind::Bool ? v->boolean : v->integer;
-  return true;
+// Python's x % n for the number tests (odd, even, divisibleby): ints exactly, floats as floats.
+double py_mod(const Value& x, const Value& n, int line) {
+  if (x.is_undefined()) undefined_fail(x, line);
+  if (!x.is_number() || !n.is_number()) {
+    template_fail(line, "unsupported operand type(s) for %: '{}' and '{}'", type_name(x), type_name(n));
+  }
+  auto as_d = [](const Value& v) { return v.kind == Kind::Float ? v.real : static_cast<double>(v.kind == Kind::Bool ? v.boolean : v.integer); };
+  if (x.kind != Kind::Float && n.kind != Kind::Float) {
+    int64_t a = x.kind == Kind::Bool ? x.boolean : x.integer, b = n.kind == Kind::Bool ? n.boolean : n.integer;
+    if (b == 0) template_fail(line, "integer division or modulo by zero");
+    if (b == -1) return 0;
+    int64_t m = a % b;
+    if (m != 0 && ((m < 0) != (b < 0))) m += b;
+    return static_cast<double>(m);
+  }
+  double a = as_d(x), b = as_d(n);
+  if (b == 0) template_fail(line, "float modulo");
+  double m = std::fmod(a, b);
+  if (m != 0 && ((m < 0) != (b < 0))) m += b;
+  return m;
 }
 
 const Value& other(const CallArgs& a) {
@@ -486,19 +501,12 @@ const std::unordered_map<std::string_view, TestFn>& tests() {
         return v.kind == Kind::String || v.kind == Kind::List || v.kind == Kind::Dict || v.is_undefined();
       }},
       {"callable", +[](Interpreter&, const Value& v, CallArgs&) { return v.kind == Kind::Callable; }},
-      {"odd", +[](Interpreter&, const Value& v, CallArgs& a) {
-        if (v.kind != Kind::Int) template_fail(a.line, "odd: '{}' is not an integer", type_name(v));
-        return v.integer % 2 != 0;
-      }},
-      {"even", +[](Interpreter&, const Value& v, CallArgs& a) {
-        if (v.kind != Kind::Int) template_fail(a.line, "even: '{}' is not an integer", type_name(v));
-        return v.integer % 2 == 0;
-      }},
+      {"odd", +[](Interpreter&, const Value& v, CallArgs& a) { return py_mod(v, Value::from(int64_t{2}), a.line) == 1; }},
+      {"even", +[](Interpreter&, const Value& v, CallArgs& a) { return py_mod(v, Value::from(int64_t{2}), a.line) == 0; }},
       {"divisibleby", +[](Interpreter&, const Value& v, CallArgs& a) {
-        int64_t n = 0;
-        if (v.kind != Kind::Int || !number_arg(a, &n)) template_fail(a.line, "divisibleby needs integers");
-        if (n == 0) template_fail(a.line, "integer division or modulo by zero");
-        return n == -1 || v.integer % n == 0;
+        const Value* n = arg(a, 0, "num");
+        if (!n) template_fail(a.line, "divisibleby needs a number");
+        return py_mod(v, *n, a.line) == 0;
       }},
       {"eq", +[](Interpreter&, const Value& v, CallArgs& a) { return equals(v, other(a)); }},
       {"equalto", +[](Interpreter&, const Value& v, CallArgs& a) { return equals(v, other(a)); }},

@@ -43,6 +43,7 @@ struct Expr {
   bool tuple = false;               // List
   bool negated = false;             // Test: `is not`
   bool known = true;                // Filter, Test: the name exists (an unknown one fails when evaluated)
+  int height = 1;                   // 1 + the tallest kid: bounded by the parser (evaluation recurses)
 };
 
 enum class NodeKind { Text, Output, If, For, Set, SetBlock, Macro, CallBlock, With, FilterBlock, Break, Continue, Scope };

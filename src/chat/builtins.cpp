@@ -5,6 +5,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <optional>
 #include <unordered_set>
 
 #include "chat/interpreter.h"

@@ -213,6 +213,13 @@ Interpreter::Interpreter(const RenderOptions& options) : options_(options) {
   });
 }
 
+Interpreter::DepthGuard::DepthGuard(Interpreter& interp, int line) : in(interp) {
+  if (++in.eval_depth_ > in.options_.max_eval_depth) {
+    --in.eval_depth_;
+    template_fail(line, "evaluation nested more than {} levels deep", in.options_.max_eval_depth);
+  }
+}
+
 void Interpreter::step(int line) {
   if (++steps_ > options_.max_steps) template_fail(line, "rendering took more than {} steps", options_.max_steps);
 }
@@ -267,6 +274,7 @@ std::string Interpreter::render_scoped(const Node& n) {
 
 Interpreter::Flow Interpreter::exec_node(const Node& n, std::string& out) {
   step(n.line);
+  DepthGuard guard(*this, n.line);
   switch (n.kind) {
     case NodeKind::Text:
       out += n.text;
@@ -542,6 +550,7 @@ Value Interpreter::eval_binary(const Expr& e) {
 }
 
 Value Interpreter::eval(const Expr& e) {
+  DepthGuard guard(*this, e.line);
   switch (e.kind) {
     case ExprKind::Literal:
       return e.value;

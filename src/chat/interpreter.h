@@ -21,7 +21,8 @@ struct RenderOptions {
   std::function<std::tm()> now;        // strftime_now's clock (local time); unset: the system clock
   size_t max_output = 64u << 20;       // bytes of output, and of any one string or list built
   uint64_t max_steps = 20'000'000;     // statements run + loop iterations + calls
-  int max_call_depth = 64;             // nested macro calls
+  int max_call_depth = 32;             // nested macro calls
+  int max_eval_depth = 1500;           // nested evaluations, statements included: bounds the stack (~1 MB)
 };
 
 class Interpreter {
@@ -64,6 +65,14 @@ class Interpreter {
   Scope globals_;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
+  int eval_depth_ = 0;
+  struct DepthGuard {  // counts nested eval/exec calls against max_eval_depth
+    Interpreter& in;
+    DepthGuard(Interpreter& interp, int line);
+    ~DepthGuard() { --in.eval_depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+  };
 };
 
 // Iterating a value as a for loop does: a list's items, a dict's keys, a string's characters,

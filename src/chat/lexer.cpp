@@ -2,6 +2,8 @@
 // on it: tag ends count only outside brackets, `-%}` eats all whitespace after it, `%}` one newline.
 #include "chat/lexer.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "chat/value.h"

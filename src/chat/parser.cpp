@@ -13,7 +13,8 @@
 namespace tandem::chat {
 namespace {
 
-constexpr int kMaxDepth = 200;  // nested expressions and blocks
+constexpr int kMaxDepth = 200;   // nested expressions and blocks, as the parser recurses
+constexpr int kMaxHeight = 256;  // an expression tree's height (a+b+c... and a.b.c... chains loop, not recurse)
 
 class Parser {
  public:
@@ -72,6 +73,16 @@ class Parser {
   void expect_block_end() {
     if (cur().type != Tok::BlockEnd) unexpected("end of statement block ('%}')");
     next();
+  }
+
+  // Sets e's height from its kids; fails past kMaxHeight (evaluating and freeing the tree recurse).
+  static ExprPtr grown(ExprPtr e) {
+    int h = 0;
+    for (const auto& k : e->kids) h = std::max(h, k ? k->height : 0);
+    for (const auto& [name, v] : e->kwargs) h = std::max(h, v->height);
+    e->height = h + 1;
+    if (e->height > kMaxHeight) template_fail(e->line, "expression nested too deeply (more than {} levels)", kMaxHeight);
+    return e;
   }
 
   static ExprPtr make(ExprKind kind, int line) {
@@ -316,7 +327,7 @@ class Parser {
     auto e = make(ExprKind::List, line);
     e->kids = std::move(items);
     e->tuple = true;
-    return e;
+    return grown(std::move(e));
   }
 
   ExprPtr parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
@@ -330,7 +341,7 @@ class Parser {
       e->kids.push_back(parse_or());
       e->kids.push_back(std::move(body));
       e->kids.push_back(skip_name("else") ? parse_condexpr() : nullptr);
-      body = std::move(e);
+      body = grown(std::move(e));
     }
     return body;
   }
@@ -340,7 +351,7 @@ class Parser {
     e->name = std::move(op);
     e->kids.push_back(std::move(l));
     e->kids.push_back(std::move(r));
-    return e;
+    return grown(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -368,7 +379,7 @@ class Parser {
       auto e = make(ExprKind::Unary, line);
       e->name = "not";
       e->kids.push_back(parse_not());
-      return e;
+      return grown(std::move(e));
     }
     return parse_compare();
   }
@@ -399,7 +410,7 @@ class Parser {
       e->kids.push_back(parse_math1());
     }
     if (e->ops.empty()) return std::move(e->kids[0]);
-    return e;
+    return grown(std::move(e));
   }
 
   ExprPtr parse_math1() {
@@ -448,7 +459,7 @@ class Parser {
       auto e = make(ExprKind::Unary, line);
       e->name = next().text;
       e->kids.push_back(parse_unary(false));
-      node = std::move(e);
+      node = grown(std::move(e));
     } else {
       node = parse_primary();
     }
@@ -501,7 +512,7 @@ class Parser {
         if (skip_op("]")) break;
         e->kids.push_back(parse_expression(true));
       }
-      return e;
+      return grown(std::move(e));
     }
     if (skip_op("{")) {
       auto e = make(ExprKind::Dict, line);
@@ -512,7 +523,7 @@ class Parser {
         expect_op(":");
         e->kids.push_back(parse_expression(true));
       }
-      return e;
+      return grown(std::move(e));
     }
     unexpected("an expression");
   }
@@ -527,13 +538,13 @@ class Parser {
           key->value = Value::from(next().integer);
           e->kids.push_back(std::move(node));
           e->kids.push_back(std::move(key));
-          node = std::move(e);
+          node = grown(std::move(e));
           continue;
         }
         auto e = make(ExprKind::GetAttr, line);
         e->name = expect_name();
         e->kids.push_back(std::move(node));
-        node = std::move(e);
+        node = grown(std::move(e));
       } else if (skip_op("[")) {
         node = parse_subscript(std::move(node), line);
       } else if (is_op("(")) {
@@ -566,14 +577,14 @@ class Parser {
         if (is_op("]")) break;
         key->kids.push_back(parse_expression(true));
       }
-      parts[0] = std::move(key);
+      parts[0] = grown(std::move(key));
     }
     expect_op("]");
     auto e = make(is_slice ? ExprKind::Slice : ExprKind::GetItem, line);
     e->kids.push_back(std::move(node));
     for (auto& p : parts) e->kids.push_back(std::move(p));
     while (is_slice && e->kids.size() < 4) e->kids.push_back(nullptr);
-    return e;
+    return grown(std::move(e));
   }
 
   void parse_call_args(Expr& e) {
@@ -599,7 +610,7 @@ class Parser {
     auto e = make(ExprKind::Call, cur().line);
     e->kids.push_back(std::move(callee));
     parse_call_args(*e);
-    return e;
+    return grown(std::move(e));
   }
 
   ExprPtr parse_filter(ExprPtr input) {  // after the `|`
@@ -609,7 +620,7 @@ class Parser {
     e->kids.push_back(std::move(input));
     if (is_op("(")) parse_call_args(*e);
     e->known = find_filter(e->name) != nullptr;
-    return e;
+    return grown(std::move(e));
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
@@ -643,7 +654,7 @@ class Parser {
       e->kids.push_back(parse_postfix(parse_primary()));
     }
     e->known = find_test(e->name) != nullptr;
-    return e;
+    return grown(std::move(e));
   }
 
   // ---- names: an unknown filter or test fails here, unless inside an `if` or `x if c else y` ----

@@ -223,6 +223,21 @@ TEST(ChatTemplateBadInput, HostileTemplatesEndInAnErrorNotAHang) {
             std::string::npos);
   EXPECT_NE(error_of("{{ " + std::string(5000, '[') + std::string(5000, ']') + " }}").find("nested too deeply"),
             std::string::npos);
+  // long chains are built by loops, not recursion: their height is bounded too (evaluating recurses)
+  std::string plus = "{{ 1", attrs = "{{ x", filters = "{{ x";
+  for (int i = 0; i < 100000; ++i) {
+    plus += "+1";
+    attrs += ".a";
+    filters += "|string";
+  }
+  EXPECT_NE(error_of(plus + " }}").find("expression nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of(attrs + " }}").find("expression nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of(filters + " }}").find("expression nested too deeply"), std::string::npos);
+  std::string tall = "f(n - 1)";
+  for (int i = 0; i < 250; ++i) tall += "|string";
+  EXPECT_NE(error_of("{% macro f(n) %}{% if n > 0 %}{{ " + tall + " }}{% endif %}{% endmacro %}{{ f(31) }}")
+                .find("evaluation nested more than"),
+            std::string::npos);
   std::string ifs;
   for (int i = 0; i < 1000; ++i) ifs += "{% if true %}";
   EXPECT_NE(error_of(ifs).find("nested too deeply"), std::string::npos);

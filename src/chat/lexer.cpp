@@ -2,6 +2,8 @@
 // on it: tag ends count only outside brackets, `-%}` eats all whitespace after it, `%}` one newline.
 #include "chat/lexer.h"
 
+#include <utf8proc.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +14,28 @@ namespace tandem::chat {
 namespace {
 
 bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// The byte length of the whitespace code point (Python's str.isspace()) at s[i], else 0. What `-`
+// strips is Unicode whitespace, as Python's rstrip() and \s are.
+size_t space_at(std::string_view s, size_t i) {
+  utf8proc_int32_t c = 0;
+  auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i), static_cast<utf8proc_ssize_t>(s.size() - i), &c);
+  return n > 0 && is_py_space(static_cast<char32_t>(c)) ? static_cast<size_t>(n) : 0;
+}
+size_t skip_spaces(std::string_view s, size_t i) {
+  for (size_t n; i < s.size() && (n = space_at(s, i)) > 0;) i += n;
+  return i;
+}
+size_t rstrip_end(std::string_view s) {
+  size_t end = s.size();
+  while (end > 0) {
+    size_t start = end - 1;
+    while (start > 0 && end - start < 4 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    if (space_at(s, start) != end - start) break;
+    end = start;
+  }
+  return end;
+}
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
@@ -33,9 +57,7 @@ class Lexer {
       char kind = src_[tag + 1];
       char sign = tag + 2 < src_.size() && (src_[tag + 2] == '-' || src_[tag + 2] == '+') ? src_[tag + 2] : 0;
       if (sign == '-') {
-        size_t end = text.size();
-        while (end > 0 && is_ws(text[end - 1])) --end;
-        text.resize(end);
+        text.resize(rstrip_end(text));
       } else if (sign != '+' && kind != '{') {  // lstrip_blocks
         size_t l_pos = text.rfind('\n');
         l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
@@ -98,7 +120,7 @@ class Lexer {
   // After a tag's end at `end` (just past it): `-` eats all whitespace, a block or comment end one newline.
   size_t after_end(size_t end, char sign, bool block) const {
     if (sign == '-') {
-      while (end < src_.size() && is_ws(src_[end])) ++end;
+      end = skip_spaces(src_, end);
     } else if (sign != '+' && block && end < src_.size() && src_[end] == '\n') {
       ++end;
     }
@@ -142,7 +164,7 @@ class Lexer {
       if (src_.compare(q, 2, "%}") != 0) continue;
       std::string text = src_.substr(body, p - body);
       if (open_sign == '-') {
-        while (!text.empty() && is_ws(text.back())) text.pop_back();
+        text.resize(rstrip_end(text));
       }
       emit_text(std::move(text), body);
       return after_end(q + 2, sign, true);

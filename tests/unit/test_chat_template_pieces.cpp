@@ -43,6 +43,7 @@ TEST(ChatTemplatePieces, WhitespaceControlAsTransformers) {
   EXPECT_EQ(render("  {%+ if true %}x{% endif %}\n{# comment #}\ny {#- c -#} z"), "  xyz");
   EXPECT_EQ(render("  {# c #}\n  x {% if 1 %}  \n y{% endif %}"), "  x   \n y");
   EXPECT_EQ(render("{% raw %}{{ x }}{% endraw %}"), "{{ x }}");
+  EXPECT_EQ(render("x {%- if 1 %}\u00a0y{% endif -%} \u2003z"), "x\u00a0yz");  // `-` strips Unicode spaces too
   EXPECT_EQ(render("a\r\nb{{ 'c' }}\r\n"), "a\nbc");
 }
 

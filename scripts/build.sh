@@ -10,7 +10,7 @@ jobs=${TANDEM_JOBS:-$(nproc)}
 targets=()
 for t in ${TANDEM_TARGETS:-}; do targets+=(--target "$t"); done
 mkdir -p "$dir"
-echo "build: configuring $dir with CMake (Release $*; log: $dir/configure.log)"
+echo "build: configuring $dir with CMake (Release${*:+ $*}; log: $dir/configure.log)"
 if ! cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >"$dir/configure.log" 2>&1; then
   cat "$dir/configure.log"
   echo "build: CMake failed (above); scripts/setup.sh installs what tandem builds with" >&2

@@ -29,7 +29,7 @@ if [ -f "$corpus" ]; then
 else
   corpus="$work/own-corpus.jsonl"
   say "no ../shared corpus beside the checkout: the project's own docs, sources and scripts instead"
-  $T corpus docs src scripts --out "$corpus" 2>&1 | grep -v '^corpus: skipped' | sed 's/^/   /'
+  $T corpus docs src scripts --out "$corpus" 2>&1 | grep -Ev '^(corpus: skipped|next:)' | sed 's/^/   /'
 fi
 
 stage "3. profile: which experts the text routes to (good: every kind counted, a few thousand tokens)"

@@ -3,6 +3,7 @@
 // re-check the lane state; there is no deadline.
 #include "peer/client.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -119,7 +120,9 @@ void PeerClient::handshake(uint64_t expected_fingerprint, const Geometry& want) 
                            expected_fingerprint, options_.rowmap_fingerprint, options_.weights_fingerprint, "the peer",
                            "this primary"));
 
-  const uint64_t deadline = now_ns() + uint64_t(options_.attach_timeout_s * 1e9);
+  const uint64_t start = now_ns();
+  const uint64_t deadline = start + uint64_t(options_.attach_timeout_s * 1e9);
+  bool told = false;
   for (;;) {
     uint32_t st = h.state.load(std::memory_order_acquire);
     if (st == uint32_t(LaneState::kRefused))
@@ -132,6 +135,11 @@ void PeerClient::handshake(uint64_t expected_fingerprint, const Geometry& want) 
     if (!peer_alive())
       fail("lane {}: its peer (pid {}) is gone (state {}); start a new `tandem peer --lane {} ...`", lane,
            peer_.pid(), state_name(st), lane);
+    if (!told && now_ns() - start > 1'000'000'000) {
+      spdlog::info("lane {}: waiting up to {} s for its peer (pid {}, state {}) to accept this primary", lane,
+                   options_.attach_timeout_s, h.peer_pid.load(std::memory_order_relaxed), state_name(st));
+      told = true;
+    }
     if (now_ns() >= deadline)
       fail("lane {}: the peer (pid {}) did not accept this primary within {} s (state {})", lane,
            h.peer_pid.load(std::memory_order_relaxed), options_.attach_timeout_s, state_name(st));

@@ -128,7 +128,7 @@ bool ProcessHandle::alive() const {
     // A pidfd polls readable once its process exited; it never refers to a later process of that pid.
     pollfd p{pidfd_, POLLIN, 0};
     if (poll(&p, 1, 0) > 0) return false;
-    return process_state(pid_) == ProcessState::kAlive;  // a stopped-but-unreaped zombie still polls as alive
+    return process_state(pid_) == ProcessState::kAlive;  // the pidfd pins the process, so the pid is still its
   }
   if (process_state(pid_) == ProcessState::kGone) return false;
   return start_ticks_ == 0 || start_ticks(pid_) == start_ticks_;

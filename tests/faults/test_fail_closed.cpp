@@ -114,6 +114,21 @@ TEST_F(FailClosed, PeerWithOtherWeightsOfTheSameShapesIsRefused) {
   EXPECT_FALSE(segment_exists(lane));
 }
 
+// 6. Another rowmap: the message names both rowmap fingerprints as the rowmap files carry them.
+TEST_F(FailClosed, ForeignRowmapIsNamedInTheFp1FormOfTheRowmapFiles) {
+  const std::string other = dir_.file("other.rowmap.json");
+  test::write_rowmap(model(1), other, [](int64_t, int64_t e) { return e % 4 == 0; });
+  const std::string lane = use_lane("rowmap");
+  start_peer(lane, 1);
+  auto r = test::run_tandem({"generate", "--model", model(1), "--lane", "peer", "--peer", lane, "--rowmap", other,
+                             "--prompt-ids", "1,2", "--max-tokens", "2", "--threads", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const std::string served = Rowmap::load(rowmap()).rowmap_fingerprint, mine = Rowmap::load(other).rowmap_fingerprint;
+  EXPECT_NE(r.err.find("the peer serves rowmap " + served + ", this primary " + mine), std::string::npos) << r.err;
+  ASSERT_TRUE(test::wait_exit(peer_, 10));
+  EXPECT_EQ(peer_.exit_code, 2);
+}
+
 // The same weights pass the handshake (the fingerprint is the same on both sides).
 TEST_F(FailClosed, SameWeightsAttachAndAgree) {
   auto local = test::run_tandem({"generate", "--model", model(1), "--prompt-ids", "5,6,7", "--max-tokens", "6",

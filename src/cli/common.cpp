@@ -19,7 +19,8 @@ namespace tandem::cli {
 void add_model_options(CLI::App& app, ModelOptions& o, ModelOptionSet set) {
   app.add_option("--model", o.model_dir, "Model folder (config.json + safetensors)")->required();
   app.add_option("--threads", o.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--ctx", o.max_ctx, "Context limit per sequence (default: the model's max_position_embeddings)");
+  app.add_option("--ctx", o.max_ctx, "Context limit per sequence (default: the model's max_position_embeddings)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
 #ifdef TANDEM_HAVE_CUDA
   app.add_option("--device", o.device, "cpu (default), cuda or cuda:N");
 #else
@@ -40,7 +41,16 @@ void add_model_options(CLI::App& app, ModelOptions& o, ModelOptionSet set) {
                  "Microseconds to spin on the peer's answer before blocking (no deadline; counted as an overrun)")
       ->group(lane_group);
   app.add_option("--peer-check", o.peer_check,
-                 "Check gate: recompute every Nth handoff per layer here and record the cosine (0 = off)")
+                 "Check gate: recompute every Nth handoff per layer here and compare (0 = off); a row below "
+                 "--check-min trips the lane: the request fails, no further token")
+      ->check(CLI::NonNegativeNumber)
+      ->group(lane_group);
+  app.add_option("--check-min", o.check_min, "Check gate bar: the lowest cosine a checked row may have (default 0.999)")
+      ->check(CLI::Range(-1.0, 1.0))
+      ->group(lane_group);
+  app.add_option("--peer-wait", o.peer_wait_s,
+                 "Seconds to wait for the lane's peer to appear and accept this primary (default 30)")
+      ->check(CLI::NonNegativeNumber)
       ->group(lane_group);
   app.add_option("--split-share", o.split,
                  "Lane split: share of each cold expert's intermediate features the GPU reads over PCIe, or auto "
@@ -111,10 +121,18 @@ std::optional<int> parse_device(const std::string& device) {
 Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   [[maybe_unused]] const std::optional<int> gpu = parse_device(o.device);
   parse_split_share(o.split);  // a bad value is an error on every lane, not only where it is used
+  // Lane names before the model: a typo must not cost a model load.
+  if (!o.peer.empty()) peer::validate_lane_name(o.peer);
+  if (!o.split_peer.empty()) peer::validate_lane_name(o.split_peer);
   set_global_threads(o.threads);
   Runtime rt;
   rt.lane = o.lane;
   rt.model = Model::load(o.model_dir);
+  const int64_t positions = rt.model->cfg.max_position_embeddings;
+  if (o.max_ctx > 0 && positions > 0 && o.max_ctx > positions)
+    spdlog::warn("--ctx {} exceeds the model's max_position_embeddings ({}): positions past {} were not trained and "
+                 "answers may degrade there",
+                 o.max_ctx, positions, positions);
   EngineOptions eo;
   eo.max_seqs = max_seqs;
   eo.max_ctx = o.max_ctx;
@@ -132,11 +150,12 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
       co.cold.assign(size_t(rt.model->cfg.n_layer), {});
       for (const auto& layer : rt.rowmap->layers) co.cold[size_t(layer.layer)] = layer.cold;
       co.peer = name;
+      co.peer_attach_timeout_s = o.peer_wait_s;
       if (o.lane == "split")
         co.split_begin =
             resolve_split_column(o.split, name, rt.model->cfg.moe_intermediate_size, co.peer_attach_timeout_s);
       rt.split_column = co.split_begin;
-      co.peer_fingerprint = lane_fingerprint(*rt.rowmap, co.split_begin);
+      co.peer_fingerprint = lane_fingerprint(*rt.rowmap, co.split_begin, cold_weights_fingerprint(*rt.model, *rt.rowmap));
       co.peer_spin_limit_us = o.peer_spin_limit_us;
       co.peer_check = o.peer_check;
     } else if (o.lane != "local") {
@@ -156,6 +175,8 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
     po.lane = o.peer;
     po.spin_limit_us = o.peer_spin_limit_us;
     po.check_every = o.peer_check;
+    po.check_min = o.check_min;
+    po.attach_timeout_s = o.peer_wait_s;
     rt.peer = std::make_unique<PeerExperts>(*rt.model, *rt.rowmap, po, global_pool());
     experts = rt.peer.get();
   } else if (o.lane != "local") {
@@ -165,6 +186,11 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   }
   rt.engine = std::make_unique<CpuEngine>(*rt.model, eo, experts);
   return rt;
+}
+
+int64_t context_limit(const ModelOptions& o, const ModelConfig& cfg) {
+  if (o.max_ctx > 0) return o.max_ctx;
+  return cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 4096;
 }
 
 namespace {

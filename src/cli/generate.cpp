@@ -1,9 +1,11 @@
 // `tandem generate`: prompt(s) in, text out, streamed as tokens are chosen. Several --prompt flags
 // decode together as one batch.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <sstream>
 
 #include "cli/command.h"
@@ -73,6 +75,7 @@ RunFn setup(CLI::App& app) {
   app.add_flag("--json", o->json, "Print one JSON object with tokens, text and timings instead of streaming");
   return [o] {
     if (o->prompts.empty() == o->prompt_ids.empty()) fail("give --prompt TEXT or --prompt-ids 1,2,3");
+    if (o->max_tokens < 0) fail("--max-tokens {}: give 0 or more", o->max_tokens);
     Runtime rt = make_runtime(o->model, int64_t(std::max<size_t>(1, o->prompts.size())));
     std::optional<Tokenizer> tok;
     const std::string tok_path = o->model.model_dir + "/tokenizer.json";
@@ -93,6 +96,16 @@ RunFn setup(CLI::App& app) {
     } else {
       if (!tok) fail("{} has no tokenizer.json: use --prompt-ids", o->model.model_dir);
       for (const auto& p : o->prompts) add(tok->encode(p));
+    }
+    // Limits before work: a prompt that cannot fit is refused by generate() before any step; a budget
+    // past the context is said now, and generation then ends there with finish_reason "length".
+    const int64_t ctx = rt.engine->max_ctx();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const int64_t prompt = int64_t(reqs[i].prompt.size());
+      if (prompt < ctx && prompt + reqs[i].max_tokens > ctx)
+        spdlog::warn("prompt {}: {} tokens + --max-tokens {} exceed the context limit of {} (--ctx): generation "
+                     "stops after {} tokens (finish_reason \"length\")",
+                     i, prompt, reqs[i].max_tokens, ctx, ctx - prompt);
     }
     const bool stream = !o->json && reqs.size() == 1 && tok;
     std::string printed;
@@ -120,7 +133,9 @@ RunFn setup(CLI::App& app) {
     }
     GenerateStats st;
     auto results = generate(*rt.engine, reqs, go, &st);
-    const double tps = st.decode_seconds > 0 ? double(st.generated_tokens - int64_t(reqs.size())) / st.decode_seconds : 0;
+    // Decode steps produce every token after each sequence's first (which prefill yields).
+    const int64_t decoded = std::max<int64_t>(0, st.generated_tokens - int64_t(reqs.size()));
+    const double tps = st.decode_seconds > 0 && decoded > 0 ? double(decoded) / st.decode_seconds : 0;
     if (o->json) {
       nlohmann::json j;
       j["results"] = nlohmann::json::array();

@@ -1,5 +1,6 @@
 // tandem: entry point. Parses the command line and dispatches to the registered subcommand.
-// Exit codes: 0 ok, 1 failure (a check or gate failed, a lane tripped), 2 bad input.
+// Exit codes: 0 ok, 1 failure (a check or gate failed, a lane tripped), 2 bad input, 4 the lane's shared
+// memory was damaged under it (a corrupt header or a truncated segment).
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -9,6 +10,8 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "peer/client.h"
+#include "peer/server.h"
 
 namespace tandem::cli {
 std::vector<CommandSpec>& command_registry() {
@@ -61,6 +64,10 @@ int main(int argc, char** argv) {
     } catch (const InputError& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       return kExitBadInput;
+    } catch (const peer::LaneTripped& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      const bool damaged = e.cause() == peer::TripCause::kCorrupt || e.cause() == peer::TripCause::kShrunk;
+      return damaged ? peer::kExitLaneDamaged : 1;
     } catch (const std::exception& e) {  // a run-time failure: a tripped lane, an error status
       std::fprintf(stderr, "error: %s\n", e.what());
       return 1;

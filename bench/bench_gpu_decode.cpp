@@ -227,7 +227,7 @@ int run(const Args& a) {
       co.lane = CudaLane::kPeer;
       co.cold = cold = cold_lists();
       co.peer = a.peer;
-      co.peer_fingerprint = lane_fingerprint(*rowmap);
+      co.peer_fingerprint = lane_fingerprint(*rowmap, 0, cold_weights_fingerprint(*model, *rowmap));
       co.peer_spin_limit_us = a.spin_limit_us;
     } else if (lane != "local") {
       fail("--lanes: unknown lane '{}'", lane);

@@ -14,11 +14,36 @@
 
 namespace tandem::test {
 
+std::string fixtures_dir() { return TANDEM_SOURCE_DIR "/tests/fixtures"; }
+
+void require_fixture(const std::string& path) {
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error("missing fixture file: " + path +
+                             " (the repo's fixtures are made by tests/fixtures/make.py and committed)");
+}
+
+std::string oracle_dir(const std::string& name) {
+  std::string dir = fixtures_dir() + "/oracle/" + name;
+  for (const char* f : {"config.json", "model.safetensors", "expected.safetensors"}) require_fixture(dir + "/" + f);
+  return dir;
+}
+
+std::string tokenizer_dir() {
+  std::string dir = fixtures_dir() + "/tokenizer";
+  for (const char* f : {"tokenizer.json", "encodings.json"}) require_fixture(dir + "/" + f);
+  return dir;
+}
+
 std::string shared_dir() {
   const char* env = std::getenv("TANDEM_SHARED");
-  return env ? env : TANDEM_SHARED_DIR;
+  std::string dir = env ? env : TANDEM_SHARED_DIR;
+  return std::filesystem::is_directory(dir + "/fixtures") ? dir : "";
 }
-std::string oracle_dir(const std::string& name) { return shared_dir() + "/fixtures/oracle/" + name; }
+
+std::string shared_oracle_dir(const std::string& name) {
+  std::string shared = shared_dir();
+  return shared.empty() ? "" : shared + "/fixtures/oracle/" + name;
+}
 std::string tandem_binary() { return TANDEM_BINARY; }
 
 TempDir::TempDir() {

@@ -6,9 +6,21 @@
 
 namespace tandem::test {
 
-// ../shared (or $TANDEM_SHARED when set).
+// The repo's own fixtures: tests/fixtures (made by tests/fixtures/make.py, committed). Every test reads
+// these; a missing file is a test failure that names it (never a skip).
+std::string fixtures_dir();
+// tests/fixtures/oracle/<name>, after checking that its three files exist (throws naming the missing one).
+std::string oracle_dir(const std::string& name);
+// The repo's tokenizer fixture folder (tokenizer.json, encodings.json), checked the same way.
+std::string tokenizer_dir();
+
+// The optional extra fixture set beside the checkout: ../shared (or $TANDEM_SHARED when set). Empty when
+// it is not there; tests over it skip, saying so.
 std::string shared_dir();
-std::string oracle_dir(const std::string& name);  // shared/fixtures/oracle/<name>
+// <shared>/fixtures/oracle/<name>, or "" when the shared set is absent.
+std::string shared_oracle_dir(const std::string& name);
+// Throws std::runtime_error("missing fixture file: PATH ...") when path does not exist.
+void require_fixture(const std::string& path);
 std::string tandem_binary();                       // build/tandem
 // A fresh folder under the system temp dir, removed by the destructor.
 struct TempDir {

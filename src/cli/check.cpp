@@ -23,6 +23,7 @@ RunFn setup(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   o->model.lane = "peer";
   o->model.peer_check = 1;
+  o->model.check_min = -2;  // record every row: the verdict below is check's own (--min-cosine)
   add_model_options(app, o->model);
   app.add_option("--corpus", o->corpus, "JSON-lines corpus of real text")->required();
   app.add_option("--kinds", o->kinds, "Corpus kinds to use (default: all)")->delimiter(',');

@@ -16,32 +16,55 @@
 
 namespace tandem::cli {
 
-void add_model_options(CLI::App& app, ModelOptions& o) {
+void add_model_options(CLI::App& app, ModelOptions& o, ModelOptionSet set) {
   app.add_option("--model", o.model_dir, "Model folder (config.json + safetensors)")->required();
   app.add_option("--threads", o.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--ctx", o.max_ctx, "Context limit per sequence (default: the model's max_position_embeddings)");
-  app.add_option("--device", o.device, "cpu (default), or cuda / cuda:N when built with the CUDA backend");
+  app.add_option("--ctx", o.max_ctx, "Context limit per sequence (default: the model's max_position_embeddings)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+#ifdef TANDEM_HAVE_CUDA
+  app.add_option("--device", o.device, "cpu (default), cuda or cuda:N");
+#else
+  app.add_option("--device", o.device, "cpu (this build has no CUDA backend: -DTANDEM_CUDA=ON adds cuda, cuda:N)");
+#endif
+  if (set == ModelOptionSet::kDevice) return;
+  const std::string lane_group = "Lane (cold experts elsewhere; see docs/lanes.md)";
+  const std::string cuda_group = "CUDA primary (--device cuda)";
   app.add_option("--lane", o.lane,
                  "Where the rowmap's cold experts run: local (every expert on the device, default), peer (a sidecar "
                  "process started with `tandem peer`), host (cuda: cold experts in pinned host memory, read "
                  "over PCIe by the GPU), split (cuda: the --split-share of each cold expert's features read over "
-                 "PCIe, the rest computed by a `tandem peer --split-share F|auto`)");
-  app.add_option("--peer", o.peer, "Lane name of the peer (lanes peer and split)");
+                 "PCIe, the rest computed by a `tandem peer --split-share F|auto`)")
+      ->group(lane_group);
+  app.add_option("--peer", o.peer, "Lane name of the peer (lanes peer and split)")->group(lane_group);
+  app.add_option("--rowmap", o.rowmap, "Rowmap of the cold experts (lanes peer, host and split)")->group(lane_group);
+  app.add_option("--peer-spin-limit", o.peer_spin_limit_us,
+                 "Microseconds to spin on the peer's answer before blocking (no deadline; counted as an overrun)")
+      ->group(lane_group);
+  app.add_option("--peer-check", o.peer_check,
+                 "Check gate: recompute every Nth handoff per layer here and compare (0 = off); a row below "
+                 "--check-min trips the lane: the request fails, no further token")
+      ->check(CLI::NonNegativeNumber)
+      ->group(lane_group);
+  app.add_option("--check-min", o.check_min, "Check gate bar: the lowest cosine a checked row may have (default 0.999)")
+      ->check(CLI::Range(-1.0, 1.0))
+      ->group(lane_group);
+  app.add_option("--peer-wait", o.peer_wait_s,
+                 "Seconds to wait for the lane's peer to appear and accept this primary (default 30)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(lane_group);
   app.add_option("--split-share", o.split,
                  "Lane split: share of each cold expert's intermediate features the GPU reads over PCIe, or auto "
                  "(default): the cut the lane's `tandem peer --split-share F|auto` chose. A share given here must "
-                 "be the peer's");
-  app.add_option("--split-peer", o.split_peer, "Lane split: lane name of its peer when it differs from --peer");
-  app.add_option("--rowmap", o.rowmap, "Rowmap of the cold experts (lanes peer, host and split)");
-  app.add_option("--peer-spin-limit", o.peer_spin_limit_us,
-                 "Microseconds to spin on the peer's answer before blocking (no deadline; counted as an overrun)");
-  app.add_option("--peer-check", o.peer_check,
-                 "Check gate: recompute every Nth handoff per layer here and record the cosine (0 = off)");
+                 "be the peer's")
+      ->group(cuda_group);
+  app.add_option("--split-peer", o.split_peer, "Lane split: lane name of its peer when it differs from --peer")
+      ->group(cuda_group);
   app.add_option("--host-wait", o.host_wait,
                  "cuda: how the host thread waits for each step: spin (lowest latency, holds a core), sleep (on a "
                  "blocking-sync event: woken a little later, and the core is free meanwhile, e.g. for a CPU peer "
                  "on this host) or auto (default: sleep on lanes peer and split, spin on local and host)")
-      ->check(CLI::IsMember({"auto", "spin", "sleep"}));
+      ->check(CLI::IsMember({"auto", "spin", "sleep"}))
+      ->group(cuda_group);
 }
 
 namespace {
@@ -98,10 +121,18 @@ std::optional<int> parse_device(const std::string& device) {
 Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   [[maybe_unused]] const std::optional<int> gpu = parse_device(o.device);
   parse_split_share(o.split);  // a bad value is an error on every lane, not only where it is used
+  // Lane names before the model: a typo must not cost a model load.
+  if (!o.peer.empty()) peer::validate_lane_name(o.peer);
+  if (!o.split_peer.empty()) peer::validate_lane_name(o.split_peer);
   set_global_threads(o.threads);
   Runtime rt;
   rt.lane = o.lane;
   rt.model = Model::load(o.model_dir);
+  const int64_t positions = rt.model->cfg.max_position_embeddings;
+  if (o.max_ctx > 0 && positions > 0 && o.max_ctx > positions)
+    spdlog::warn("--ctx {} exceeds the model's max_position_embeddings ({}): positions past {} were not trained and "
+                 "answers may degrade there",
+                 o.max_ctx, positions, positions);
   EngineOptions eo;
   eo.max_seqs = max_seqs;
   eo.max_ctx = o.max_ctx;
@@ -119,11 +150,12 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
       co.cold.assign(size_t(rt.model->cfg.n_layer), {});
       for (const auto& layer : rt.rowmap->layers) co.cold[size_t(layer.layer)] = layer.cold;
       co.peer = name;
+      co.peer_attach_timeout_s = o.peer_wait_s;
       if (o.lane == "split")
         co.split_begin =
             resolve_split_column(o.split, name, rt.model->cfg.moe_intermediate_size, co.peer_attach_timeout_s);
       rt.split_column = co.split_begin;
-      co.peer_fingerprint = lane_fingerprint(*rt.rowmap, co.split_begin);
+      co.peer_fingerprint = lane_fingerprint(*rt.rowmap, co.split_begin, cold_weights_fingerprint(*rt.model, *rt.rowmap));
       co.peer_spin_limit_us = o.peer_spin_limit_us;
       co.peer_check = o.peer_check;
     } else if (o.lane != "local") {
@@ -143,6 +175,8 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
     po.lane = o.peer;
     po.spin_limit_us = o.peer_spin_limit_us;
     po.check_every = o.peer_check;
+    po.check_min = o.check_min;
+    po.attach_timeout_s = o.peer_wait_s;
     rt.peer = std::make_unique<PeerExperts>(*rt.model, *rt.rowmap, po, global_pool());
     experts = rt.peer.get();
   } else if (o.lane != "local") {
@@ -152,6 +186,11 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   }
   rt.engine = std::make_unique<CpuEngine>(*rt.model, eo, experts);
   return rt;
+}
+
+int64_t context_limit(const ModelOptions& o, const ModelConfig& cfg) {
+  if (o.max_ctx > 0) return o.max_ctx;
+  return cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 4096;
 }
 
 namespace {

@@ -29,6 +29,8 @@ struct ModelOptions {
   std::string rowmap;   // --rowmap R (lanes peer, host and split)
   uint64_t peer_spin_limit_us = 50;
   int64_t peer_check = 0;
+  double check_min = 0.999;   // --check-min: a checked row below it trips the lane (-2: record only)
+  double peer_wait_s = 30;    // --peer-wait: how long to wait for the lane's peer to appear and accept
   std::string host_wait = "auto";  // --host-wait (cuda): auto, spin or sleep
 };
 
@@ -52,9 +54,14 @@ inline bool host_wait_sleeps(const std::string& host_wait, const std::string& la
   return host_wait == "sleep";
 }
 
-// --model (required), --threads, --ctx, --device, --lane, --peer, --split-share, --split-peer, --rowmap,
-// --peer-spin-limit, --peer-check, --host-wait.
-void add_model_options(CLI::App& app, ModelOptions& o);
+// Which of the options a command offers: kDevice for a command that runs the model on its own (profile:
+// no lane, nothing to wait for), kLanes for one that may run it through a lane.
+enum class ModelOptionSet { kDevice, kLanes };
+
+// kDevice: --model (required), --threads, --ctx, --device. kLanes adds, in help groups of their own,
+// --lane, --peer, --rowmap, --peer-spin-limit, --peer-check, --check-min, --peer-wait (group "Lane") and
+// --split-share, --split-peer, --host-wait (group "CUDA primary").
+void add_model_options(CLI::App& app, ModelOptions& o, ModelOptionSet set = ModelOptionSet::kLanes);
 
 // A model with its engine on the chosen device and lane.
 struct Runtime {
@@ -73,6 +80,12 @@ struct Runtime {
  private:
   mutable std::vector<LayerCheck> gpu_checks_;
 };
+// Checks the options that need no model first (device, split share, lane names), then loads the model
+// and checks --ctx against it (warns above max_position_embeddings).
 Runtime make_runtime(const ModelOptions& o, int64_t max_seqs = 64);
+
+// The context limit per sequence a runtime made from `o` enforces: --ctx, else what the engine takes
+// by default for `cfg` (the CPU engine: max_position_embeddings, or 4096 when the config has none).
+int64_t context_limit(const ModelOptions& o, const ModelConfig& cfg);
 
 }  // namespace tandem::cli

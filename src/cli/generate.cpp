@@ -1,9 +1,11 @@
 // `tandem generate`: prompt(s) in, text out, streamed as tokens are chosen. Several --prompt flags
 // decode together as one batch.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <sstream>
 
 #include "cli/command.h"
@@ -32,6 +34,22 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+// Special tokens are hidden from the text unless --show-special; a model that emits mostly those (a
+// random one does) would otherwise print nothing and leave the user guessing. Says how many on stderr.
+void note_hidden_special(const std::optional<Tokenizer>& tok, const std::vector<GenerateResult>& results,
+                         bool show_special) {
+  if (!tok || show_special) return;
+  size_t special = 0, total = 0;
+  for (const auto& r : results)
+    for (int32_t t : r.tokens) {
+      ++total;
+      special += tok->is_special(t);
+    }
+  if (special > 0)
+    fmt::print(stderr, "generate: {} of {} generated tokens are special tokens, hidden from the text; "
+               "--show-special prints them\n", special, total);
+}
+
 RunFn setup(CLI::App& app) {
   struct Opts {
     ModelOptions model;
@@ -57,6 +75,7 @@ RunFn setup(CLI::App& app) {
   app.add_flag("--json", o->json, "Print one JSON object with tokens, text and timings instead of streaming");
   return [o] {
     if (o->prompts.empty() == o->prompt_ids.empty()) fail("give --prompt TEXT or --prompt-ids 1,2,3");
+    if (o->max_tokens < 0) fail("--max-tokens {}: give 0 or more", o->max_tokens);
     Runtime rt = make_runtime(o->model, int64_t(std::max<size_t>(1, o->prompts.size())));
     std::optional<Tokenizer> tok;
     const std::string tok_path = o->model.model_dir + "/tokenizer.json";
@@ -77,6 +96,16 @@ RunFn setup(CLI::App& app) {
     } else {
       if (!tok) fail("{} has no tokenizer.json: use --prompt-ids", o->model.model_dir);
       for (const auto& p : o->prompts) add(tok->encode(p));
+    }
+    // Limits before work: a prompt that cannot fit is refused by generate() before any step; a budget
+    // past the context is said now, and generation then ends there with finish_reason "length".
+    const int64_t ctx = rt.engine->max_ctx();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const int64_t prompt = int64_t(reqs[i].prompt.size());
+      if (prompt < ctx && prompt + reqs[i].max_tokens > ctx)
+        spdlog::warn("prompt {}: {} tokens + --max-tokens {} exceed the context limit of {} (--ctx): generation "
+                     "stops after {} tokens (finish_reason \"length\")",
+                     i, prompt, reqs[i].max_tokens, ctx, ctx - prompt);
     }
     const bool stream = !o->json && reqs.size() == 1 && tok;
     std::string printed;
@@ -104,7 +133,9 @@ RunFn setup(CLI::App& app) {
     }
     GenerateStats st;
     auto results = generate(*rt.engine, reqs, go, &st);
-    const double tps = st.decode_seconds > 0 ? double(st.generated_tokens - int64_t(reqs.size())) / st.decode_seconds : 0;
+    // Decode steps produce every token after each sequence's first (which prefill yields).
+    const int64_t decoded = std::max<int64_t>(0, st.generated_tokens - int64_t(reqs.size()));
+    const double tps = st.decode_seconds > 0 && decoded > 0 ? double(decoded) / st.decode_seconds : 0;
     if (o->json) {
       nlohmann::json j;
       j["results"] = nlohmann::json::array();
@@ -118,6 +149,7 @@ RunFn setup(CLI::App& app) {
       j["decode_seconds"] = st.decode_seconds;
       j["decode_tokens_per_second"] = tps;
       fmt::print("{}\n", j.dump());
+      note_hidden_special(tok, results, o->show_special);
       if (std::string lane = rt.lane_summary(); !lane.empty()) fmt::print(stderr, "{}\n", lane);
       return 0;
     }
@@ -137,6 +169,7 @@ RunFn setup(CLI::App& app) {
     }
     fmt::print(stderr, "generate: {} prompt tokens, {} generated; prefill {:.3f} s, decode {:.2f} tokens/s\n",
                st.prompt_tokens, st.generated_tokens, st.prefill_seconds, tps);
+    note_hidden_special(tok, results, o->show_special);
     if (std::string lane = rt.lane_summary(); !lane.empty()) fmt::print(stderr, "{}\n", lane);
     return 0;
   };

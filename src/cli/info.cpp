@@ -52,7 +52,8 @@ RunFn setup(CLI::App& app) {
     const size_t total = m->store.total_bytes();
     for (const auto& name : m->store.names()) params += size_t(m->store.find(name)->numel());
     fmt::print("model            {}\n", *dir);
-    fmt::print("fingerprint      {}\n", model_fingerprint(c, m->store));
+    fmt::print("model fingerprint {} (config + tensor names, dtypes and shapes; stats files and rowmaps carry it)\n",
+               model_fingerprint(c, m->store));
     fmt::print("architecture     {} ({} layers, {} MoE; hidden {}, vocab {})\n", c.model_type, c.n_layer,
                c.n_moe_layers(), c.hidden_size, c.vocab_size);
     if (c.mla)

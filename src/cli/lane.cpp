@@ -2,6 +2,7 @@
 // state, pids, handoffs, wait time (mean, max, p50/p99 from the histogram), spin-limit overruns, peer
 // errors, seconds since each side's last heartbeat. Read-only; safe on a serving lane.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@ RunFn setup(CLI::App& app) {
   app.add_option("--lane", *lane, "Lane name")->required();
   app.add_flag("--json", *json_out, "One JSON object instead of a table");
   return [lane, json_out] {
+    peer::validate_lane_name(*lane);
     auto seg = peer::Segment::open(*lane, 0.0);
     auto& h = seg->header();
     const uint64_t now = peer::now_ns();
@@ -36,10 +38,18 @@ RunFn setup(CLI::App& app) {
       return "-";
     };
     auto age = [&](uint64_t t) { return t ? double(now - std::min(now, t)) / 1e9 : -1.0; };
+    // A lane whose peer process is gone is not serving, whatever its header still says.
+    const int32_t peer_pid = h.peer_pid.load();
+    const bool peer_alive = peer::signallable_pid(peer_pid) && peer::ProcessHandle::take(peer_pid).valid() &&
+                            peer::process_maps_segment(peer_pid, peer::shm_name(*lane));
+    const std::string header_state = peer::state_name(h.state.load());
+    const bool live_state = header_state == "starting" || header_state == "serving";
     nlohmann::json j = {
         {"lane", *lane},
-        {"state", peer::to_string(peer::LaneState(h.state.load()))},
-        {"trip_cause", peer::to_string(peer::TripCause(h.trip_cause.load()))},
+        {"state", live_state && !peer_alive ? std::string("gone") : header_state},
+        {"header_state", header_state},
+        {"peer_alive", peer_alive},
+        {"trip_cause", peer::cause_name(h.trip_cause.load())},
         {"peer_pid", h.peer_pid.load()},
         {"primary_pid", h.primary_pid.load()},
         {"handoffs", handoffs},
@@ -53,6 +63,10 @@ RunFn setup(CLI::App& app) {
         {"peer_errors", h.peer_errors.load()},
         {"peer_heartbeat_age_s", age(h.peer_heartbeat_ns.load())},
         {"primary_heartbeat_age_s", age(h.primary_heartbeat_ns.load())}};
+    if (live_state && !peer_alive)
+      spdlog::warn("lane {}: its peer (pid {}) is gone; the segment is a leftover (a new `tandem peer --lane {}` "
+                   "replaces it)",
+                   *lane, peer_pid, *lane);
     if (*json_out) {
       fmt::print("{}\n", j.dump());
       return 0;

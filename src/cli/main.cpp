@@ -1,12 +1,17 @@
 // tandem: entry point. Parses the command line and dispatches to the registered subcommand.
-// Exit codes: 0 ok, 1 failure (a check or gate failed, a lane tripped), 2 bad input.
+// Exit codes: 0 ok, 1 failure (a check or gate failed, a lane tripped), 2 bad input, 4 the lane's shared
+// memory was damaged under it (a corrupt header or a truncated segment).
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <string>
+#include <string_view>
 
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "peer/client.h"
+#include "peer/server.h"
 
 namespace tandem::cli {
 std::vector<CommandSpec>& command_registry() {
@@ -15,11 +20,27 @@ std::vector<CommandSpec>& command_registry() {
 }
 }  // namespace tandem::cli
 
+namespace {
+// "tandem 0.1.0 (git 215db1a)": the CMake project version and `git describe` at configure time.
+std::string version_string() {
+#ifndef TANDEM_VERSION
+#define TANDEM_VERSION "unknown"
+#endif
+#ifndef TANDEM_GIT_DESCRIBE
+#define TANDEM_GIT_DESCRIBE ""
+#endif
+  std::string v = std::string("tandem ") + TANDEM_VERSION;
+  if (std::string_view(TANDEM_GIT_DESCRIBE).size() > 0) v += std::string(" (git ") + TANDEM_GIT_DESCRIBE + ")";
+  return v;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace tandem;
   CLI::App app{"tandem: mixture-of-experts inference split between a primary device and a sidecar peer"};
   app.require_subcommand(1);
-  app.fallthrough();  // --log-level may also follow the subcommand
+  app.fallthrough();
+  app.set_version_flag("--version", version_string(), "Print the version (and the git commit it was built from)");  // --log-level may also follow the subcommand
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error (default: $TANDEM_LOG or info)");
   auto& registry = cli::command_registry();
@@ -43,6 +64,10 @@ int main(int argc, char** argv) {
     } catch (const InputError& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       return kExitBadInput;
+    } catch (const peer::LaneTripped& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      const bool damaged = e.cause() == peer::TripCause::kCorrupt || e.cause() == peer::TripCause::kShrunk;
+      return damaged ? peer::kExitLaneDamaged : 1;
     } catch (const std::exception& e) {  // a run-time failure: a tripped lane, an error status
       std::fprintf(stderr, "error: %s\n", e.what());
       return 1;

@@ -2,7 +2,8 @@
 // CPU computes them) or one GPU's HBM (`--device cuda[:N]`: the CUDA backend's expert kernels), creates
 // the lane's shared-memory segment (owner-only) once they are in place, logs `serving`, and computes
 // requests until the lane stops, trips, the primary goes away, or SIGTERM/SIGINT. Exit: 0 normal stop,
-// 1 tripped, 2 bad input/refused (a bad --device among them: then no segment is created).
+// 1 tripped, 2 bad input/refused (a bad --device among them: then no segment is created), 4 the segment
+// was damaged under the lane (corrupt header or truncated file; the lane is tripped with that cause).
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -20,6 +21,7 @@
 #include "peer/cold_experts.h"
 #include "peer/server.h"
 #include "placement/fingerprint.h"
+#include "placement/memory_model.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/gpu_cold_experts.h"
@@ -176,7 +178,8 @@ RunFn setup(CLI::App& app) {
                  "(cuda or cuda:N; default cuda)");
   app.add_option("--delay-us", o->delay_us, "Testing aid: answer each request this many microseconds late");
   return [o, spin] {
-    const std::optional<int> gpu = parse_device(o->device);  // before anything is loaded or created
+    peer::validate_lane_name(o->lane);                        // before anything is loaded or created
+    const std::optional<int> gpu = parse_device(o->device);
     if (gpu && spin->count() == 0) o->spin_us = 1'000'000'000;
     set_global_threads(gpu ? 1 : o->threads, int64_t(o->worker_spin_us));
     ModelConfig cfg = load_config(o->model);
@@ -185,12 +188,13 @@ RunFn setup(CLI::App& app) {
     validate(rm, cfg, model_fingerprint(cfg, store), o->rowmap);
     auto model = Model::bind(cfg, store, o->model, [&](int64_t l, int64_t e) { return rm.is_cold(l, int32_t(e)); });
     const int64_t split_begin = choose_split(*o, gpu.has_value(), cfg.moe_intermediate_size);
+    const uint64_t weights_fp = cold_weights_fingerprint(*model, rm);
     Held cold = load_cold(*model, rm, gpu, o->max_rows, split_begin);
     model.reset();  // nothing but the copied cold experts stays referenced
-    spdlog::info("peer: {} cold experts in {} layers{}, {:.3f} GB held ({}), {}", cold.n_cold, cfg.n_moe_layers(),
+    spdlog::info("peer: {} cold experts in {} layers{}, {} held ({} bytes), {}", cold.n_cold, cfg.n_moe_layers(),
                  split_begin ? fmt::format(" (features {}..{} of each: split lane)", split_begin, cfg.moe_intermediate_size)
                              : std::string(),
-                 double(cold.bytes) / 1e9, cold.bytes, cold.where);
+                 format_bytes(cold.bytes), cold.bytes, cold.where);
     peer::Geometry g;
     g.n_slots = o->slots;
     g.max_rows = o->max_rows;
@@ -202,7 +206,8 @@ RunFn setup(CLI::App& app) {
     so.spin_us = o->spin_us;
     DelayedCompute delayed(*cold.compute, o->delay_us);
     peer::PeerCompute& compute = o->delay_us ? static_cast<peer::PeerCompute&>(delayed) : *cold.compute;
-    auto server = peer::PeerServer::create(o->lane, lane_fingerprint(rm, split_begin), g, compute, so);
+    auto server = peer::PeerServer::create(o->lane, lane_fingerprint(rm, split_begin, weights_fp), g, compute, so,
+                                           peer::fp1_value(rm.rowmap_fingerprint), weights_fp);
     peer::install_stop_signals(*server);
 #ifdef TANDEM_HAVE_CUDA
     // The GPU copies rows from and answers into the segment: page-locked, that is one DMA each way.
@@ -210,7 +215,8 @@ RunFn setup(CLI::App& app) {
     std::optional<cuda::PinnedRange> pinned;
     if (gpu) pinned.emplace(&server->segment().header(), size_t(peer::segment_bytes(server->segment().geometry())));
 #endif
-    spdlog::info("peer: lane {} serving (fingerprint {}, rowmap {})", o->lane, rm.rowmap_fingerprint, o->rowmap);
+    spdlog::info("peer: lane {} serving (rowmap {}, rowmap fingerprint {}, cold-expert weights {})", o->lane,
+                 o->rowmap, rm.rowmap_fingerprint, peer::fp1_text(weights_fp));
     peer::ServeEnd end = server->serve();
     spdlog::info("peer: lane {} ended: {} after {} requests", o->lane, peer::to_string(end), server->served());
     switch (end) {
@@ -219,6 +225,8 @@ RunFn setup(CLI::App& app) {
       case peer::ServeEnd::kPrimaryGone: return 0;
       case peer::ServeEnd::kTripped: return 1;
       case peer::ServeEnd::kRefused: return 2;
+      case peer::ServeEnd::kCorrupt:
+      case peer::ServeEnd::kShrunk: return peer::kExitLaneDamaged;
     }
     return 1;
   };

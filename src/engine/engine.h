@@ -39,6 +39,8 @@ class Engine {
   virtual int add_sequence() = 0;
   virtual void remove_sequence(int seq) = 0;
   virtual int64_t seq_len(int seq) const = 0;
+  // The context limit per sequence: forward() refuses to grow a sequence past it.
+  virtual int64_t max_ctx() const = 0;
 
   struct Item {
     int seq;
@@ -63,6 +65,7 @@ class CpuEngine final : public Engine {
   int add_sequence() override;
   void remove_sequence(int seq) override;
   int64_t seq_len(int seq) const override;
+  int64_t max_ctx() const override { return options_.max_ctx; }
   const std::vector<float>& forward(std::span<const Item> items, bool all_logits = false) override;
 
  private:

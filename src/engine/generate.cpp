@@ -25,9 +25,15 @@ std::vector<GenerateResult> generate(Engine& engine, std::span<const GenerateReq
   const int64_t vocab = engine.vocab_size();
   std::vector<GenerateResult> results(requests.size());
   std::vector<Sampler> samplers;
-  for (const auto& r : requests) {
+  const int64_t ctx = engine.max_ctx();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
     if (r.prompt.empty()) fail("a prompt must hold at least one token");
     if (r.max_tokens < 0) fail("max tokens must be >= 0");
+    const int64_t need = int64_t(r.prompt.size()) + (r.max_tokens > 0 ? 1 : 0);
+    if (need > ctx)
+      fail("prompt {} has {} tokens{}, more than the context limit of {} (--ctx)", i, r.prompt.size(),
+           r.max_tokens > 0 ? " and asks for at least one more" : "", ctx);
     samplers.emplace_back(r.sampling);
   }
   SeqGuard guard{engine, {}};
@@ -47,8 +53,9 @@ std::vector<GenerateResult> generate(Engine& engine, std::span<const GenerateReq
     if (std::find(stop.begin(), stop.end(), tok) != stop.end()) {
       res.finish_reason = "stop";
       live[i] = false;
-    } else if (int64_t(res.tokens.size()) >= requests[i].max_tokens) {
-      res.finish_reason = "length";
+    } else if (int64_t(res.tokens.size()) >= requests[i].max_tokens ||
+               int64_t(requests[i].prompt.size() + res.tokens.size()) >= ctx) {
+      res.finish_reason = "length";  // the budget, or the context is full: what was generated is kept
       live[i] = false;
     } else {
       next[i] = tok;

@@ -1,5 +1,6 @@
 // Batched generation on an Engine: prefill every prompt (in chunks), then decode all live sequences
-// one token per step in a single batch until each hits its token budget or a stop token.
+// one token per step in a single batch until each hits its token budget, a stop token or the engine's
+// context (prompt + generated = max_ctx: finish_reason "length", the tokens so far are kept).
 #pragma once
 
 #include <functional>
@@ -40,6 +41,8 @@ struct GenerateOptions {
   std::function<void(size_t, int32_t)> on_token;
 };
 
+// A prompt longer than the context (or as long, when it asks for tokens) is refused before any work
+// (InputError naming the numbers).
 std::vector<GenerateResult> generate(Engine& engine, std::span<const GenerateRequest> requests,
                                      const GenerateOptions& options = {}, GenerateStats* stats = nullptr);
 

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
+
 namespace tandem {
 
 std::unique_ptr<Model> Model::load(const std::string& dir, const ExpertFilter& filter) {
@@ -11,8 +13,27 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const ExpertFilter& f
   return bind(std::move(cfg), std::move(store), dir, filter);
 }
 
+namespace {
+
+// What the config implies, checked against the checkpoint's headers before anything is sized from it:
+// a config whose num_hidden_layers or expert count describes a far larger model than the safetensors
+// files hold fails here, at once, instead of allocating per-layer tables for it first. A lower bound:
+// every layer has two norms, an attention and an MLP or router (4 tensors at least), every routed
+// expert of a MoE layer 3, plus the embedding and the final norm.
+void check_config_fits_store(const ModelConfig& c, const TensorStore& store, const std::string& dir) {
+  const int64_t listed = int64_t(store.names().size());
+  const int64_t implied = 2 + 4 * c.n_layer + 3 * c.n_expert * c.n_moe_layers();  // each factor <= 2^24
+  if (implied > listed)
+    fail("{}: config.json describes at least {} tensors (num_hidden_layers {}, {} routed experts in each of {} MoE "
+         "layers), but the checkpoint's safetensors headers list {}: the config does not belong to these weights",
+         dir, implied, c.n_layer, c.n_expert, c.n_moe_layers(), listed);
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::bind(ModelConfig cfg, TensorStore store, const std::string& dir,
                                    const ExpertFilter& filter) {
+  check_config_fits_store(cfg, store, dir);
   auto m = std::make_unique<Model>();
   m->dir = dir;
   m->cfg = std::move(cfg);

@@ -7,16 +7,48 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "models/model.h"
 #include "placement/fingerprint.h"
 
 namespace tandem {
 
-uint64_t lane_fingerprint(const Rowmap& rowmap, int64_t split_begin) {
+uint64_t lane_fingerprint(const Rowmap& rowmap, int64_t split_begin, uint64_t weights_fp) {
   Fnv1a64 h;
   h.add("tandem.lane/1:");
   h.add(rowmap.rowmap_fingerprint);
   if (split_begin > 0) h.add(fmt::format(":split={}", split_begin));
+  if (weights_fp != 0) h.add(fmt::format(":weights={:016x}", weights_fp));
+  return h.value();
+}
+
+uint64_t cold_weights_fingerprint(const Model& model, const Rowmap& rowmap) {
+  constexpr size_t kWindows = 16, kWindowBytes = 64;
+  Fnv1a64 h;
+  h.add("tandem.weights/1:");
+  for (const auto& layer : rowmap.layers) {
+    std::vector<int32_t> cold = layer.cold;
+    std::sort(cold.begin(), cold.end());
+    for (int32_t e : cold) {
+      TANDEM_ASSERT(layer.layer >= 0 && size_t(layer.layer) < model.layers.size() && e >= 0 &&
+                        size_t(e) < model.layers[size_t(layer.layer)].experts.size(),
+                    "cold expert {} of layer {} outside the model", e, layer.layer);
+      const ExpertWeights& w = model.layers[size_t(layer.layer)].experts[size_t(e)];
+      TANDEM_ASSERT(w.present(), "cold expert {} of layer {} is not mapped", e, layer.layer);
+      h.add(fmt::format("{}/{}:", layer.layer, e));
+      for (const TensorView* t : {&w.gate, &w.up, &w.down}) {
+        const size_t n = t->nbytes();
+        const char* bytes = static_cast<const char*>(t->data);
+        h.add(fmt::format("{};", n));
+        if (n <= kWindows * kWindowBytes) {
+          h.add(std::string_view(bytes, n));
+          continue;
+        }
+        for (size_t i = 0; i < kWindows; ++i)
+          h.add(std::string_view(bytes + i * (n - kWindowBytes) / (kWindows - 1), kWindowBytes));
+      }
+    }
+  }
   return h.value();
 }
 
@@ -35,7 +67,12 @@ PeerExperts::PeerExperts(const Model& model, const Rowmap& rowmap, const PeerLan
   peer::ClientOptions co;
   co.spin_limit_us = options.spin_limit_us;
   co.attach_timeout_s = options.attach_timeout_s;
-  client_ = peer::PeerClient::attach(options.lane, lane_fingerprint(rowmap), g, co);
+  weights_fp_ = cold_weights_fingerprint(model, rowmap);
+  co.rowmap_fingerprint = peer::fp1_value(rowmap.rowmap_fingerprint);
+  co.weights_fingerprint = weights_fp_;
+  spdlog::info("lane {}: expecting rowmap {} and cold-expert weights {}", options.lane, rowmap.rowmap_fingerprint,
+               peer::fp1_text(weights_fp_));
+  client_ = peer::PeerClient::attach(options.lane, lane_fingerprint(rowmap, 0, weights_fp_), g, co);
   handoffs_per_layer_.assign(size_t(c.n_layer), 0);
   checks_.assign(size_t(c.n_layer), LayerCheck{});
   spdlog::info("lane {}: attached (peer offers {} rows per request)", options.lane, client_->geometry().max_rows);
@@ -118,6 +155,11 @@ void PeerExperts::run(int64_t layer, const float* x, int64_t n_rows, const Routi
     if (!std::isfinite(cos)) cos = -1.0;
     chk.min_cosine = std::min(chk.min_cosine, cos);
     ++chk.checks;
+    // The gate is a gate: rows this wrong must not become tokens (they would, from `out` above).
+    if (cos < options_.check_min)
+      client_->trip(peer::TripCause::kCheck,
+                    fmt::format("primary: check gate: layer {} row {} cosine {:.6f} is below the bar {} (--check-min)",
+                                layer, cold_rows_[size_t(i)], cos, options_.check_min));
   }
 }
 

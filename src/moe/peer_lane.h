@@ -20,13 +20,27 @@ namespace tandem {
 // fingerprint, which itself covers the model fingerprint and every hot/cold list, and of the split
 // column of the split lane (0: the peer computes whole experts), so a peer and a primary that split
 // the experts differently refuse each other.
-uint64_t lane_fingerprint(const Rowmap& rowmap, int64_t split_begin = 0);
+// weights_fp (cold_weights_fingerprint) joins it when not 0, so a peer holding other weights of the
+// same shapes is refused too.
+uint64_t lane_fingerprint(const Rowmap& rowmap, int64_t split_begin = 0, uint64_t weights_fp = 0);
+
+// A fingerprint of the content of the rowmap's cold experts as `model` maps them: for each MoE layer
+// and cold expert (ascending), for each of gate, up and down, the tensor's byte size and 16 windows of
+// 64 bytes spread evenly over its bytes (first and last included), FNV-1a 64. Sampled, not a full hash:
+// the primary maps but never reads its cold experts otherwise (a GPU primary, a 600 GB checkpoint),
+// and 3 KB per expert keeps the cost at a few page reads per tensor whatever the checkpoint's size.
+// Other weights of the same shapes (another seed, another fine-tune) differ in every window; a damage
+// between windows is what the check gate is for. The model must hold every cold expert (asserted).
+uint64_t cold_weights_fingerprint(const Model& model, const Rowmap& rowmap);
 
 struct PeerLaneOptions {
   std::string lane;              // --peer NAME
   uint64_t spin_limit_us = 50;   // --peer-spin-limit
   int64_t check_every = 0;       // --peer-check N: 0 = off
-  double attach_timeout_s = 30;
+  // --check-min: a checked row whose cosine is below this trips the lane (cause check_failed): the
+  // request fails, no further token. Below -1: record only (tandem check gives its own verdict).
+  double check_min = 0.999;
+  double attach_timeout_s = 30;  // --peer-wait
 };
 
 struct LayerCheck {
@@ -46,12 +60,14 @@ class PeerExperts final : public ExpertExecutor {
   uint64_t cold_slots() const { return cold_slots_; }
   const std::vector<LayerCheck>& checks() const { return checks_; }  // [n_layer]
   void close() { client_->close(); }
+  uint64_t weights_fingerprint() const { return weights_fp_; }
 
  private:
   const Model& model_;
   ThreadPool& pool_;
   PeerLaneOptions options_;
   std::vector<std::vector<uint8_t>> cold_;  // [layer][expert] 1 = on the peer
+  uint64_t weights_fp_ = 0;
   std::unique_ptr<peer::PeerClient> client_;
   std::vector<int64_t> handoffs_per_layer_;
   std::vector<LayerCheck> checks_;

@@ -3,6 +3,7 @@
 // re-check the lane state; there is no deadline.
 #include "peer/client.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -83,10 +84,21 @@ void PeerClient::handshake(uint64_t expected_fingerprint, const Geometry& want) 
 
   Header& h = seg.header();
   const int32_t me = int32_t(getpid());
+  const int32_t peer_pid = h.peer_pid.load(std::memory_order_relaxed);
+  peer_in_process_ = peer_pid == me;  // a peer thread of this process (tests, benches)
+  if (!peer_in_process_) {
+    peer_ = ProcessHandle::take(peer_pid);
+    if (!peer_.valid())
+      fail("lane {}: its peer (pid {}) is gone; the segment is a leftover: start a new `tandem peer --lane {} ...` "
+           "(it replaces the segment)",
+           lane, peer_pid, lane);
+  }
   h.primary_fingerprint.store(expected_fingerprint, std::memory_order_relaxed);
   int32_t expected_pid = 0;
   if (!h.primary_pid.compare_exchange_strong(expected_pid, me, std::memory_order_acq_rel) && expected_pid != me)
     fail("lane {} already has a primary (pid {})", lane, expected_pid);
+  h.primary_rowmap_fingerprint.store(options_.rowmap_fingerprint, std::memory_order_relaxed);
+  h.primary_weights_fingerprint.store(options_.weights_fingerprint, std::memory_order_relaxed);
   h.primary_heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
   const uint32_t my_attach = h.attach_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
   futex_wake_all(&h.doorbell);
@@ -103,11 +115,14 @@ void PeerClient::handshake(uint64_t expected_fingerprint, const Geometry& want) 
                                   "--split-share auto to take the peer's cut");
   }
   if (seg.fingerprint() != expected_fingerprint)
-    fail("lane {}: fingerprint mismatch: the peer serves {:016x}, this primary expects {:016x} (model or rowmap "
-         "differ); refusing to attach",
-         lane, seg.fingerprint(), expected_fingerprint);
+    fail("lane {}: fingerprint mismatch: {}; refusing to attach", lane,
+         describe_mismatch(seg.fingerprint(), h.peer_rowmap_fingerprint, h.peer_weights_fingerprint,
+                           expected_fingerprint, options_.rowmap_fingerprint, options_.weights_fingerprint, "the peer",
+                           "this primary"));
 
-  const uint64_t deadline = now_ns() + uint64_t(options_.attach_timeout_s * 1e9);
+  const uint64_t start = now_ns();
+  const uint64_t deadline = start + uint64_t(options_.attach_timeout_s * 1e9);
+  bool told = false;
   for (;;) {
     uint32_t st = h.state.load(std::memory_order_acquire);
     if (st == uint32_t(LaneState::kRefused))
@@ -115,7 +130,16 @@ void PeerClient::handshake(uint64_t expected_fingerprint, const Geometry& want) 
     if (st == uint32_t(LaneState::kTripped) || st == uint32_t(LaneState::kStopped))
       fail("lane {}: cannot attach, the lane is {}", lane, state_name(st));
     if (st == uint32_t(LaneState::kServing) && h.attach_ack.load(std::memory_order_acquire) == my_attach) return;
-    if (st > uint32_t(LaneState::kStopped)) fail("lane {}: invalid lane state {} in the header", lane, st);
+    if (st > uint32_t(LaneState::kStopped))
+      fail("lane {}: the segment header is corrupt (lane state {}); restart the peer", lane, st);
+    if (!peer_alive())
+      fail("lane {}: its peer (pid {}) is gone (state {}); start a new `tandem peer --lane {} ...`", lane,
+           peer_.pid(), state_name(st), lane);
+    if (!told && now_ns() - start > 1'000'000'000) {
+      spdlog::info("lane {}: waiting up to {} s for its peer (pid {}, state {}) to accept this primary", lane,
+                   options_.attach_timeout_s, h.peer_pid.load(std::memory_order_relaxed), state_name(st));
+      told = true;
+    }
     if (now_ns() >= deadline)
       fail("lane {}: the peer (pid {}) did not accept this primary within {} s (state {})", lane,
            h.peer_pid.load(std::memory_order_relaxed), options_.attach_timeout_s, state_name(st));
@@ -157,11 +181,35 @@ void PeerClient::check_state(const char* during) {
   const std::string& lane = segment_->lane();
   if (st == uint32_t(LaneState::kTripped)) {
     uint32_t cause = h.trip_cause.load(std::memory_order_relaxed);
-    TripCause c = cause <= uint32_t(TripCause::kProtocol) ? TripCause(cause) : TripCause::kNone;
-    throw LaneTripped(c, fmt::format("lane {} tripped ({}) {}: {}", lane, cause_name(cause), during,
-                                     read_bounded(h.trip_reason, kReasonBytes)));
+    throw LaneTripped(trip_cause_of(cause), fmt::format("lane {} tripped ({}) {}: {}", lane, cause_name(cause), during,
+                                                        read_bounded(h.trip_reason, kReasonBytes)));
   }
+  if (st > uint32_t(LaneState::kStopped))
+    trip(TripCause::kCorrupt, fmt::format("primary: the segment header is corrupt (lane state {}) {}", st, during));
   throw LaneError(LaneError::Kind::kStopped, fmt::format("lane {} is {} {}", lane, state_name(st), during));
+}
+
+void PeerClient::check_peer(const char* during) {
+  if (segment_->shrunk())
+    trip(TripCause::kShrunk, fmt::format("primary: the segment file shrank below its {} bytes {}",
+                                         segment_bytes(segment_->geometry()), during));
+  // The segment stays: a watchdog cleans up after the trip (and runs its rollback); without one, the
+  // next `tandem peer` of the lane replaces it (its peer is gone).
+  if (!peer_alive())
+    trip(TripCause::kPeerGone, fmt::format("primary: its peer (pid {}) is gone {}", peer_.pid(), during));
+}
+
+void PeerClient::check_faulted() {
+  if (segment_->faulted())
+    trip(TripCause::kShrunk, fmt::format("primary: the segment file shrank below its {} bytes",
+                                         segment_bytes(segment_->geometry())));
+}
+
+void PeerClient::trip(TripCause cause, const std::string& reason) {
+  segment_->trip(cause, reason);
+  Header& h = segment_->header();
+  throw LaneTripped(cause, fmt::format("lane {} tripped ({}): {}", segment_->lane(), to_string(cause),
+                                       read_bounded(h.trip_reason, kReasonBytes)));
 }
 
 void PeerClient::submit(int slot, int layer, const float* x, int64_t n_rows, const int32_t* ids,
@@ -219,6 +267,8 @@ void PeerClient::wait(int slot, float* out) {
 
   auto validate = [&](uint64_t seen) {
     if (seen > expected || seen < done_[slot]) {
+      check_state("while waiting for the peer");  // a trip, a corrupt state or a truncated segment explains
+      check_peer("while waiting for its answer");  // a counter out of range better than "protocol"
       broken_ = fmt::format("lane {} slot {}: response counter {} outside [{}, {}] (peer broke the protocol)", lane,
                             slot, seen, done_[slot], expected);
       throw LaneError(LaneError::Kind::kProtocol, broken_);
@@ -253,6 +303,7 @@ void PeerClient::wait(int slot, float* out) {
       validate(seen);
       try {
         check_state("while waiting for the peer");
+        check_peer("while waiting for its answer");  // every nap (20 ms): no watchdog needed for a dead peer
       } catch (...) {
         s.response->primary_waiting.store(0, std::memory_order_relaxed);
         throw;
@@ -264,6 +315,7 @@ void PeerClient::wait(int slot, float* out) {
   done_[slot] = expected;
   // An answer that arrived after a trip is not used: the lane ended.
   check_state("after the peer answered");
+  check_faulted();
 
   const uint32_t status = s.response->status;
   const uint32_t echo = s.response->n_rows;
@@ -280,6 +332,7 @@ void PeerClient::wait(int slot, float* out) {
     throw LaneError(LaneError::Kind::kProtocol, broken_);
   }
   std::memcpy(out, s.out, size_t(sent_rows_[slot]) * g.hidden * sizeof(float));
+  check_faulted();  // nor one read, even in part, from the zero pages of a truncated segment
   record_wait(now_ns() - t0, overrun);
 }
 

@@ -17,6 +17,7 @@
 
 #include "peer/protocol.h"
 #include "peer/segment.h"
+#include "peer/sync.h"
 
 namespace tandem::peer {
 
@@ -56,6 +57,10 @@ struct ClientOptions {
   double attach_timeout_s = 30.0;         // for the segment to appear and the peer to accept us
   uint64_t heartbeat_interval_ms = 100;   // primary heartbeat thread period; 0 = no thread
   bool ring_per_request = true;  // testing aid: false publishes like a GPU's stream (no doorbell ring)
+  // What the expected lane fingerprint is made of (0: unknown), written into the header's identity
+  // line so that a mismatch names the part that differs in the fp1 form (rowmap or cold weights).
+  uint64_t rowmap_fingerprint = 0;
+  uint64_t weights_fingerprint = 0;
 };
 
 struct ClientStats {
@@ -114,12 +119,20 @@ class PeerClient {
   Segment& segment() { return *segment_; }
   // Stops heartbeats and shuts the lane down (as the destructor). Idempotent.
   void close();
+  // Ends the lane from this side (Segment::trip: state tripped, the peer stops) and throws LaneTripped
+  // with `cause` and `reason`: for faults the primary itself sees, e.g. a check gate below its bar.
+  [[noreturn]] void trip(TripCause cause, const std::string& reason);
 
  private:
   PeerClient(std::shared_ptr<Segment> segment, const ClientOptions& options);
   void handshake(uint64_t expected_fingerprint, const Geometry& geometry);
-  // Throws when the lane is not serving (tripped, stopped, refused).
+  // Throws when the lane is not serving (tripped, stopped, refused, corrupt state, shrunk segment).
   void check_state(const char* during);
+  // Trips the lane and throws when the segment shrank (kShrunk) or the peer process this primary
+  // attached to is gone (kPeerGone). A system call each: for the blocked wait's naps.
+  void check_peer(const char* during);
+  // Trips the lane (kShrunk) when an access of this process hit the segment's truncated end.
+  void check_faulted();
   void heartbeat_loop();
   void record_wait(uint64_t wait_ns, bool overrun);
 
@@ -129,6 +142,9 @@ class PeerClient {
   std::vector<uint64_t> done_;        // per slot: last response seq consumed
   std::vector<uint32_t> sent_rows_;   // per slot: n_rows of the pending request
   std::string broken_;                // set after a protocol violation: every later call throws
+  ProcessHandle peer_;                // the peer process, pinned at attach
+  bool peer_in_process_ = false;      // the peer is a thread of this process: nothing to pin
+  bool peer_alive() const { return peer_in_process_ || peer_.alive(); }
   bool closed_ = false;
   std::thread heartbeat_;
   std::mutex heartbeat_mu_;

@@ -79,6 +79,9 @@ const char* to_string(TripCause c) {
     case TripCause::kPeerGone: return "peer_gone";
     case TripCause::kPrimaryGone: return "primary_gone";
     case TripCause::kProtocol: return "protocol";
+    case TripCause::kCheck: return "check_failed";
+    case TripCause::kCorrupt: return "corrupt";
+    case TripCause::kShrunk: return "shrunk";
   }
   return "unknown";
 }
@@ -104,7 +107,7 @@ std::string state_name(uint32_t raw) {
 }
 
 std::string cause_name(uint32_t raw) {
-  if (raw > static_cast<uint32_t>(TripCause::kProtocol)) return fmt::format("unknown({})", raw);
+  if (raw >= kTripCauseCount) return fmt::format("unknown({})", raw);
   return to_string(static_cast<TripCause>(raw));
 }
 
@@ -113,7 +116,53 @@ std::string status_name(uint32_t raw) {
   return to_string(static_cast<Status>(raw));
 }
 
-std::string read_bounded(const char* src, size_t n) { return std::string(src, strnlen(src, n)); }
+std::string read_bounded(const char* src, size_t n) { return sanitize(std::string_view(src, strnlen(src, n))); }
+
+std::string sanitize(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f && c != '\\')
+      out += char(c);
+    else
+      out += fmt::format("\\x{:02x}", c);
+  }
+  return out;
+}
+
+TripCause trip_cause_of(uint32_t raw) { return raw < kTripCauseCount ? TripCause(raw) : TripCause::kNone; }
+
+uint64_t fp1_value(std::string_view text) {
+  if (text.size() != 20 || text.substr(0, 4) != "fp1:") return 0;
+  uint64_t v = 0;
+  for (char c : text.substr(4)) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return 0;
+    v = v << 4 | uint64_t(d);
+  }
+  return v;
+}
+
+std::string fp1_text(uint64_t value) { return fmt::format("fp1:{:016x}", value); }
+
+std::string describe_mismatch(uint64_t a_lane, uint64_t a_rowmap, uint64_t a_weights, uint64_t b_lane,
+                              uint64_t b_rowmap, uint64_t b_weights, const char* a, const char* b) {
+  std::string parts;
+  auto part = [&](const char* what, uint64_t x, uint64_t y, const char* hint) {
+    if (x == y || x == 0 || y == 0) return;
+    if (!parts.empty()) parts += "; ";
+    parts += fmt::format("{} {} {}, {} {} ({})", a, what, fp1_text(x), b, fp1_text(y), hint);
+  };
+  part("serves rowmap", a_rowmap, b_rowmap, "another rowmap or model");
+  part("holds cold-expert weights", a_weights, b_weights, "same shapes, other weights: another checkpoint");
+  if (parts.empty())
+    parts = a_rowmap && b_rowmap && a_weights && b_weights
+                ? fmt::format("{} and {} hold rowmap {} and weights {} but split the experts differently", a, b,
+                              fp1_text(a_rowmap), fp1_text(a_weights))
+                : fmt::format("{} serves lane {:016x}, {} expects {:016x} (model, rowmap, weights or cut differ)", a,
+                              a_lane, b, b_lane);
+  return parts;
+}
 
 void write_bounded(char* dst, size_t n, std::string_view s) {
   size_t len = std::min(s.size(), n - 1);

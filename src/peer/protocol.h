@@ -28,6 +28,8 @@ namespace tandem::peer {
 //           320      wait-time histogram [kWaitBuckets] u64    (written by the primary)
 //           576      trip_reason  char[192]                    (written by the watchdog, then state)
 //           768      refuse_reason char[192]                   (written by the peer, then state)
+//           960      identity: rowmap and weights fingerprints of each side (peer before magic,
+//                    primary before attach_seq)
 //
 //   Slot (slot_bytes, a multiple of 4096; each array starts on a 64-byte boundary):
 //     0    RequestHead  (64 B)   seq | layer | n_rows | k | submit_ns       (primary writes)
@@ -39,7 +41,7 @@ namespace tandem::peer {
 //   Arrays use the slot's row stride (hidden resp. max_k), whatever n_rows and k the request carries.
 
 inline constexpr uint64_t kMagic = 0x314E414C4D444E54ULL;  // "TNDMLAN1" little-endian
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: the identity line at 960 (rowmap + weights fingerprints)
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kHeaderBytes = 1024;
 inline constexpr size_t kSlotAlign = 4096;
@@ -72,7 +74,11 @@ enum class TripCause : uint32_t {
   kPeerGone = 2,     // the peer's pid no longer exists
   kPrimaryGone = 3,  // the primary's pid no longer exists
   kProtocol = 4,     // counters inconsistent (response ahead of request, counters going backwards)
+  kCheck = 5,        // the primary's check gate saw a cosine below its bar: the peer's answers are wrong
+  kCorrupt = 6,      // a header field the protocol keeps fixed changed (a writer outside the protocol)
+  kShrunk = 7,       // the segment file shrank below its size (truncated) while mapped
 };
+inline constexpr uint32_t kTripCauseCount = 8;
 
 // The status of every response. Anything but kOk fails the request.
 enum class Status : uint32_t {
@@ -144,7 +150,14 @@ struct alignas(kCacheLine) Header {
   std::atomic<uint64_t> wait_hist[kWaitBuckets];
   char trip_reason[kReasonBytes];    // NUL-terminated; valid once state == kTripped (acquire)
   char refuse_reason[kReasonBytes];  // NUL-terminated; valid once state == kRefused (acquire)
-  uint8_t pad5[kHeaderBytes - 960];
+  // line 15: what each side's lane fingerprint is made of, so that a mismatch can say which part
+  // differs, in the "fp1:<16 hex>" form users find in their rowmap and logs. The lane fingerprint
+  // (line 0 and primary_fingerprint) stays the one compared.
+  uint64_t peer_rowmap_fingerprint;                 // the rowmap's fp1 value (peer, before magic)
+  uint64_t peer_weights_fingerprint;                // cold experts' sampled content (peer, before magic)
+  std::atomic<uint64_t> primary_rowmap_fingerprint;   // (primary, before attach_seq)
+  std::atomic<uint64_t> primary_weights_fingerprint;  // (primary, before attach_seq)
+  uint8_t pad5[kHeaderBytes - 992];
 };
 
 struct alignas(kCacheLine) RequestHead {
@@ -183,6 +196,7 @@ static_assert(offsetof(Header, primary_heartbeat_ns) == 256);
 static_assert(offsetof(Header, wait_hist) == 320);
 static_assert(offsetof(Header, trip_reason) == 576);
 static_assert(offsetof(Header, refuse_reason) == 768);
+static_assert(offsetof(Header, peer_rowmap_fingerprint) == 960);
 static_assert(sizeof(RequestHead) == 64);
 static_assert(sizeof(ResponseHead) == 256);
 static_assert(offsetof(ResponseHead, detail) == 32);
@@ -215,8 +229,22 @@ std::string state_name(uint32_t raw);
 std::string cause_name(uint32_t raw);
 std::string status_name(uint32_t raw);
 
-// Copies a NUL-terminated string of at most n bytes out of shared memory (never reads past n).
+// Copies a NUL-terminated string of at most n bytes out of shared memory (never reads past n), with
+// every byte outside printable ASCII escaped as \xNN: text from shared memory is never printed raw
+// (a scribbled header must not reach a terminal as escape sequences).
 std::string read_bounded(const char* src, size_t n);
+// s with every byte outside printable ASCII (0x20..0x7e) written as \xNN.
+std::string sanitize(std::string_view s);
+// A TripCause from a raw header value; kNone for an unknown value.
+TripCause trip_cause_of(uint32_t raw);
+// The fp1 value of a "fp1:<16 hex>" text (0 when it is not one), and back.
+uint64_t fp1_value(std::string_view text);
+std::string fp1_text(uint64_t value);
+// Why two lane fingerprints (a_lane, b_lane) differ, from each side's identity line (rowmap and
+// weights fingerprints; 0 is unknown and not compared), naming side a and side b: "the peer holds
+// cold-expert weights fp1:..., this primary fp1:... (...)"; the lane fingerprints when nothing else.
+std::string describe_mismatch(uint64_t a_lane, uint64_t a_rowmap, uint64_t a_weights, uint64_t b_lane,
+                              uint64_t b_rowmap, uint64_t b_weights, const char* a, const char* b);
 // Writes s into dst[n], truncated, always NUL-terminated.
 void write_bounded(char* dst, size_t n, std::string_view s);
 

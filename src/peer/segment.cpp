@@ -3,10 +3,13 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -21,9 +24,75 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// Segment mappings the SIGBUS handler knows. A SIGBUS inside one means its file was truncated under
+// us: the handler maps anonymous zero pages over the mapping from the faulting page on (pages before
+// it, still backed by the file, stay shared) and marks the entry, so the access completes and the
+// lane loops see shrunk(). Chosen over siglongjmp because the faulting access may be on any thread
+// (the peer's compute workers read the slots), where no jump target exists; the zero pages make every
+// such access harmless, and no answer computed after it is published (the loops check first).
+struct BusEntry {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<uintptr_t> end{0};
+  std::atomic<bool> hit{false};
+};
+constexpr int kBusEntries = 16;
+BusEntry g_bus[kBusEntries];
+std::atomic<bool> g_bus_installed{false};
+std::atomic<uintptr_t> g_page_bytes{4096};
+struct sigaction g_bus_previous {};
+
+void on_sigbus(int sig, siginfo_t* info, void* ctx) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (BusEntry& e : g_bus) {
+    const uintptr_t b = e.begin.load(std::memory_order_acquire), end = e.end.load(std::memory_order_acquire);
+    if (b == 0 || addr < b || addr >= end) continue;
+    const uintptr_t page = g_page_bytes.load(std::memory_order_relaxed);
+    const uintptr_t from = std::max(b, addr & ~(page - 1));
+    if (mmap(reinterpret_cast<void*>(from), end - from, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+             -1, 0) != MAP_FAILED) {
+      e.hit.store(true, std::memory_order_release);
+      return;  // the access is retried on the zero page
+    }
+    break;
+  }
+  // Not ours (or the header page itself is gone): what would have happened without us.
+  if (g_bus_previous.sa_flags & SA_SIGINFO) {
+    if (g_bus_previous.sa_sigaction) return g_bus_previous.sa_sigaction(sig, info, ctx);
+  } else if (g_bus_previous.sa_handler != SIG_DFL && g_bus_previous.sa_handler != SIG_IGN) {
+    return g_bus_previous.sa_handler(sig);
+  }
+  signal(SIGBUS, SIG_DFL);  // returning re-runs the access, which now dies as it would have
+}
+
+int register_bus_range(uint8_t* base, uint64_t bytes) {
+  bool expected = false;
+  if (g_bus_installed.compare_exchange_strong(expected, true)) {
+    g_page_bytes.store(uintptr_t(sysconf(_SC_PAGESIZE)), std::memory_order_relaxed);
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(SIGBUS, &sa, &g_bus_previous);
+  }
+  for (int i = 0; i < kBusEntries; ++i) {
+    uintptr_t zero = 0;
+    if (g_bus[i].begin.compare_exchange_strong(zero, 1)) {  // reserve, then publish the range
+      g_bus[i].hit.store(false, std::memory_order_relaxed);
+      g_bus[i].end.store(reinterpret_cast<uintptr_t>(base) + bytes, std::memory_order_relaxed);
+      g_bus[i].begin.store(reinterpret_cast<uintptr_t>(base), std::memory_order_release);
+      return i;
+    }
+  }
+  return -1;  // table full: this mapping relies on the fstat check alone
+}
+
 }  // namespace
 
 Segment::~Segment() {
+  if (bus_slot_ >= 0) {
+    g_bus[bus_slot_].end.store(0, std::memory_order_relaxed);
+    g_bus[bus_slot_].begin.store(0, std::memory_order_release);
+  }
   if (base_) munmap(base_, bytes_);
   if (fd_ >= 0) close(fd_);
 }
@@ -38,9 +107,30 @@ void Segment::map(int fd, uint64_t bytes) {
   fstat(fd, &st);
   dev_ = st.st_dev;
   ino_ = st.st_ino;
+  bus_slot_ = register_bus_range(base_, bytes_);
 }
 
-std::shared_ptr<Segment> Segment::create(const std::string& lane, uint64_t fingerprint, const Geometry& g) {
+bool Segment::faulted() const { return bus_slot_ >= 0 && g_bus[bus_slot_].hit.load(std::memory_order_acquire); }
+
+bool Segment::shrunk() const {
+  if (faulted()) return true;
+  struct stat st {};
+  return fstat(fd_, &st) == 0 && uint64_t(st.st_size) < bytes_;
+}
+
+void Segment::trip(TripCause cause, const std::string& reason) {
+  Header& h = *header_;
+  uint32_t unclaimed = 0;
+  if (h.trip_claim.compare_exchange_strong(unclaimed, 1, std::memory_order_acq_rel))
+    write_bounded(h.trip_reason, kReasonBytes, reason);
+  h.trip_cause.store(uint32_t(cause), std::memory_order_relaxed);
+  h.state.store(uint32_t(LaneState::kTripped), std::memory_order_release);
+  futex_wake_all(&h.doorbell);
+  for (uint32_t i = 0; i < geometry_.n_slots; ++i) futex_wake_all_low(&slot(i).response->seq);
+}
+
+std::shared_ptr<Segment> Segment::create(const std::string& lane, uint64_t fingerprint, const Geometry& g,
+                                         uint64_t rowmap_fp, uint64_t weights_fp) {
   std::string name = shm_name(lane);
   validate_geometry(g, fmt::format("lane {}", lane));
   const uint64_t bytes = segment_bytes(g);
@@ -87,6 +177,8 @@ std::shared_ptr<Segment> Segment::create(const std::string& lane, uint64_t finge
   h->total_bytes = bytes;
   h->slot_bytes = seg->layout_.slot_bytes;
   h->geometry = g;
+  h->peer_rowmap_fingerprint = rowmap_fp;
+  h->peer_weights_fingerprint = weights_fp;
   h->state.store(uint32_t(LaneState::kStarting), std::memory_order_relaxed);
   h->peer_pid.store(int32_t(getpid()), std::memory_order_relaxed);
   h->peer_heartbeat_ns.store(now_ns(), std::memory_order_relaxed);
@@ -111,11 +203,14 @@ std::shared_ptr<Segment> Segment::open(const std::string& lane, double timeout_s
   std::string name = shm_name(lane);
   const uint64_t deadline = now_ns() + uint64_t(std::max(0.0, timeout_s) * 1e9);
   std::string not_ready;  // why the last look failed, for the error after the timeout
+  bool told = false;      // the wait was logged
   for (;;) {
     int fd = shm_open(name.c_str(), O_RDWR, 0);
     if (fd < 0) {
       if (errno != ENOENT) fail("lane {}: cannot open shared memory {}: {}", lane, name, errno_text());
-      not_ready = fmt::format("no lane '{}' (shared memory {} does not exist)", lane, name);
+      not_ready = fmt::format("no lane '{}' (shared memory {} does not exist): start its peer first, `tandem peer "
+                              "--lane {} --model M --rowmap R`",
+                              lane, name, lane);
     } else {
       struct stat st {};
       if (fstat(fd, &st) != 0) {
@@ -166,6 +261,10 @@ std::shared_ptr<Segment> Segment::open(const std::string& lane, double timeout_s
       }
     }
     if (now_ns() >= deadline) fail("{}", not_ready);
+    if (!told) {
+      spdlog::info("lane {}: waiting up to {} s for its peer ({})", lane, timeout_s, not_ready);
+      told = true;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <exception>
 
 #include "core/error.h"
@@ -43,6 +45,8 @@ const char* to_string(ServeEnd e) {
     case ServeEnd::kTripped: return "tripped";
     case ServeEnd::kPrimaryGone: return "primary_gone";
     case ServeEnd::kRefused: return "refused";
+    case ServeEnd::kCorrupt: return "corrupt";
+    case ServeEnd::kShrunk: return "shrunk";
   }
   return "unknown";
 }
@@ -59,8 +63,10 @@ void install_stop_signals(PeerServer& server) {
 
 std::unique_ptr<PeerServer> PeerServer::create(const std::string& lane, uint64_t fingerprint,
                                                const Geometry& geometry, PeerCompute& compute,
-                                               const ServerOptions& options) {
-  return std::make_unique<PeerServer>(Segment::create(lane, fingerprint, geometry), compute, options);
+                                               const ServerOptions& options, uint64_t rowmap_fp,
+                                               uint64_t weights_fp) {
+  return std::make_unique<PeerServer>(Segment::create(lane, fingerprint, geometry, rowmap_fp, weights_fp), compute,
+                                      options);
 }
 
 PeerServer::PeerServer(std::shared_ptr<Segment> segment, PeerCompute& compute, const ServerOptions& options)
@@ -69,6 +75,7 @@ PeerServer::PeerServer(std::shared_ptr<Segment> segment, PeerCompute& compute, c
   TANDEM_ASSERT(compute_.n_layers() > 0 && compute_.n_experts() > 0, "compute has {} layers, {} experts",
                 compute_.n_layers(), compute_.n_experts());
   answered_.assign(g.n_slots, 0);
+  std::memcpy(identity_.data(), static_cast<const void*>(&segment_->header()), kCacheLine);  // line 0
   ids_.resize(size_t(g.max_rows) * g.max_k);
   weights_.resize(size_t(g.max_rows) * g.max_k);
 }
@@ -82,15 +89,32 @@ ServeEnd PeerServer::serve() {
   Header& h = segment_->header();
   uint32_t starting = uint32_t(LaneState::kStarting);
   h.state.compare_exchange_strong(starting, uint32_t(LaneState::kServing), std::memory_order_acq_rel);
-  spdlog::info("lane {}: serving (pid {}, fingerprint {:016x}, {} slots x {} rows x {} hidden, k {})",
+  spdlog::info("lane {}: serving (pid {}, lane fingerprint {:016x}, {} slots x {} rows x {} hidden, k {})",
                segment_->lane(), getpid(), segment_->fingerprint(), segment_->geometry().n_slots,
                segment_->geometry().max_rows, segment_->geometry().hidden, segment_->geometry().max_k);
   const uint32_t n_slots = segment_->geometry().n_slots;
   uint64_t last_work = now_ns();
   uint64_t last_beat = 0;
+  // A damaged header or a truncated file trips the lane with its own cause (never a normal stop).
+  auto damaged = [&]() -> std::optional<ServeEnd> {
+    if (segment_->shrunk()) {
+      segment_->trip(TripCause::kShrunk, fmt::format("peer: the segment file shrank below its {} bytes",
+                                                     segment_bytes(segment_->geometry())));
+      spdlog::error("lane {}: the segment file was truncated under the lane; stopping", segment_->lane());
+      return ServeEnd::kShrunk;
+    }
+    if (std::string why = header_damage(); !why.empty()) {
+      segment_->trip(TripCause::kCorrupt, "peer: the segment header is corrupt: " + why);
+      spdlog::error("lane {}: the segment header is corrupt ({}); stopping", segment_->lane(), why);
+      return ServeEnd::kCorrupt;
+    }
+    return std::nullopt;
+  };
   for (;;) {
     if (stop_.load(std::memory_order_relaxed)) return finish(ServeEnd::kStopped);
     uint32_t st = h.state.load(std::memory_order_acquire);
+    if (st != uint32_t(LaneState::kServing) || segment_->faulted())
+      if (auto end = damaged()) return finish(*end);
     if (st == uint32_t(LaneState::kTripped)) return finish(ServeEnd::kTripped);
     if (st != uint32_t(LaneState::kServing)) return finish(ServeEnd::kLaneStopped);
     if (h.attach_seq.load(std::memory_order_acquire) != acked_attach_ && !handle_attach())
@@ -108,6 +132,7 @@ ServeEnd PeerServer::serve() {
     if (now - last_beat >= kHeartbeatEveryNs) {
       h.peer_heartbeat_ns.store(now, std::memory_order_relaxed);
       last_beat = now;
+      if (auto end = damaged()) return finish(*end);
       if (primary_gone(now)) return finish(ServeEnd::kPrimaryGone);
     }
     if (worked) {
@@ -153,9 +178,11 @@ bool PeerServer::handle_attach() {
   const int32_t pid = h.primary_pid.load(std::memory_order_relaxed);
   acked_attach_ = seq;
   if (fp != segment_->fingerprint()) {
-    std::string reason = fmt::format("fingerprint mismatch: this peer serves {:016x}, the primary (pid {}) expects "
-                                     "{:016x} (model or rowmap differ)",
-                                     segment_->fingerprint(), pid, fp);
+    std::string reason = fmt::format(
+        "fingerprint mismatch with the primary (pid {}): {}", pid,
+        describe_mismatch(segment_->fingerprint(), h.peer_rowmap_fingerprint, h.peer_weights_fingerprint, fp,
+                          h.primary_rowmap_fingerprint.load(std::memory_order_relaxed),
+                          h.primary_weights_fingerprint.load(std::memory_order_relaxed), "this peer", "the primary"));
     write_bounded(h.refuse_reason, kReasonBytes, reason);
     h.state.store(uint32_t(LaneState::kRefused), std::memory_order_release);
     spdlog::error("lane {}: refused a primary: {}", segment_->lane(), reason);
@@ -169,6 +196,20 @@ bool PeerServer::handle_attach() {
   h.attach_ack.store(seq, std::memory_order_release);
   spdlog::info("lane {}: primary pid {} attached", segment_->lane(), pid);
   return true;
+}
+
+std::string PeerServer::header_damage() {
+  const Header& h = segment_->header();
+  const uint32_t st = h.state.load(std::memory_order_acquire);
+  if (st > uint32_t(LaneState::kStopped)) return fmt::format("lane state {}", st);
+  if (std::memcmp(static_cast<const void*>(&h), identity_.data(), kCacheLine) != 0)
+    return "the identity line (magic, version, fingerprint, sizes, geometry) changed";
+  const int32_t peer = h.peer_pid.load(std::memory_order_relaxed);
+  if (peer != int32_t(getpid())) return fmt::format("peer_pid {} is not this peer ({})", peer, getpid());
+  const int32_t primary = h.primary_pid.load(std::memory_order_relaxed);
+  if (primary_pid_ > 0 && primary != primary_pid_)
+    return fmt::format("primary_pid {} is not the attached primary ({})", primary, primary_pid_);
+  return {};
 }
 
 bool PeerServer::primary_gone(uint64_t now) {
@@ -248,6 +289,7 @@ void PeerServer::serve_one(uint32_t slot, uint64_t seq) {
       detail_ = e.what();
     }
   }
+  if (segment_->faulted()) return;  // computed from zero pages: never published; serve() stops (kShrunk)
   Header& h = segment_->header();
   if (status != Status::kOk) {
     spdlog::warn("lane {} slot {}: request {} failed: {}: {}", segment_->lane(), slot, seq, to_string(status),

@@ -4,6 +4,7 @@
 // request gets an error status and the loop keeps serving.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,11 @@ struct ServerOptions {
   uint64_t unrung_spin_us = 50'000;
 };
 
+// The exit code of a lane process that stopped because the segment was damaged under it (ServeEnd::
+// kCorrupt / kShrunk; a primary's LaneTripped with cause corrupt or shrunk): not 0 (a normal stop), not
+// 1 (a lane fault the protocol knows), not 2 (bad input at start).
+inline constexpr int kExitLaneDamaged = 4;
+
 // Why serve() returned.
 enum class ServeEnd {
   kStopped,      // request_stop() (SIGTERM / SIGINT)
@@ -33,14 +39,18 @@ enum class ServeEnd {
   kTripped,      // the watchdog tripped the lane
   kPrimaryGone,  // the primary's pid vanished or its heartbeat went stale
   kRefused,      // a primary with another fingerprint attached; refused
+  kCorrupt,      // a header field the protocol keeps fixed changed: the lane is tripped (cause corrupt)
+  kShrunk,       // the segment file was truncated under the lane: tripped (cause shrunk)
 };
 const char* to_string(ServeEnd e);
 
 class PeerServer {
  public:
   // Creates the lane's segment (Segment::create) for `compute`. Throws InputError.
+  // rowmap_fp / weights_fp: what `fingerprint` is made of (Segment::create), for mismatch messages.
   static std::unique_ptr<PeerServer> create(const std::string& lane, uint64_t fingerprint, const Geometry& geometry,
-                                            PeerCompute& compute, const ServerOptions& options = {});
+                                            PeerCompute& compute, const ServerOptions& options = {},
+                                            uint64_t rowmap_fp = 0, uint64_t weights_fp = 0);
   // Serves a segment made by Segment::create (e.g. shared with a client thread in tests and benches).
   PeerServer(std::shared_ptr<Segment> segment, PeerCompute& compute, const ServerOptions& options = {});
   PeerServer(const PeerServer&) = delete;
@@ -60,6 +70,9 @@ class PeerServer {
  private:
   bool handle_attach();  // false when the primary was refused
   bool primary_gone(uint64_t now);
+  // Empty while every field the protocol keeps fixed (identity line, geometry, our pid, the accepted
+  // primary's pid, a known state) still holds its value; otherwise what changed.
+  std::string header_damage();
   bool any_pending();
   void serve_one(uint32_t slot, uint64_t seq);
   // Validates the request of `slot` into ids_/weights_; returns kOk or the status, with detail_ set.
@@ -73,6 +86,7 @@ class PeerServer {
   ServerOptions options_;
   std::atomic<bool> stop_{false};
   std::vector<uint64_t> answered_;  // per slot: last request seq answered
+  std::array<uint8_t, kCacheLine> identity_{};  // header line 0 as created, compared by header_damage()
   uint32_t acked_attach_ = 0;
   int32_t primary_pid_ = 0;  // 0 until a primary is accepted
   std::atomic<uint64_t> served_{0};

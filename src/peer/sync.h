@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 namespace tandem::peer {
 
@@ -26,5 +28,36 @@ ProcessState process_state(pid_t pid);
 
 // True for a pid that may be signalled: > 1 and not this process.
 bool signallable_pid(int64_t pid);
+
+// One process, pinned at the moment it is taken: a pidfd where the kernel has one (Linux >= 5.3),
+// else the pid plus its start time from /proc/<pid>/stat. alive() and signal() act on that process
+// only: a pid reused by an unrelated process later reads as gone and is never signalled.
+class ProcessHandle {
+ public:
+  ProcessHandle() = default;
+  // Pins `pid` as it is now. An invalid handle (valid() false) when the pid is not signallable or gone.
+  static ProcessHandle take(pid_t pid);
+  ProcessHandle(ProcessHandle&& o) noexcept { *this = std::move(o); }
+  ProcessHandle& operator=(ProcessHandle&& o) noexcept;
+  ProcessHandle(const ProcessHandle&) = delete;
+  ProcessHandle& operator=(const ProcessHandle&) = delete;
+  ~ProcessHandle();
+
+  bool valid() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  // False once the pinned process exited (a zombie counts as gone).
+  bool alive() const;
+  // Sends sig to the pinned process only; false when it is gone (nothing sent).
+  bool signal(int sig) const;
+
+ private:
+  pid_t pid_ = 0;
+  int pidfd_ = -1;
+  uint64_t start_ticks_ = 0;  // field 22 of /proc/<pid>/stat when taken (0: unknown)
+};
+
+// True when process `pid` maps the shared-memory object named `shm_name` ("/tandem-<lane>"), read
+// from /proc/<pid>/maps: how the watchdog verifies that a pid named by a header is the lane's own.
+bool process_maps_segment(pid_t pid, const std::string& shm_name);
 
 }  // namespace tandem::peer

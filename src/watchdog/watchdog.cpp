@@ -109,18 +109,115 @@ Finding StallDetector::observe(uint64_t now_ns, const LaneSample& sample) {
 
 namespace {
 
-bool alive(int32_t pid) {
-  // A pid we may not signal (0, 1, ourselves, garbage) is not checked: counted alive.
-  return !peer::signallable_pid(pid) || peer::process_state(pid) == peer::ProcessState::kAlive;
-}
+// The lane's processes as the watchdog verified them: a pid named by the header is taken as the lane's
+// own only when that process maps the lane's segment (/proc/<pid>/maps) at first sight; it is then
+// pinned (ProcessHandle: a pidfd, or pid + start time), so a pid reused later is never signalled. A pid
+// that does not map the segment (an edited header naming an unrelated process) is never signalled and
+// counts as gone: it is not the lane's process. Every verified process of a role is kept, so a header
+// that changes a pid afterwards cannot hide the real one.
+class LaneProcesses {
+ public:
+  explicit LaneProcesses(const peer::Segment& seg)
+      : lane_(seg.lane()),
+        shm_(peer::shm_name(seg.lane())),
+        can_verify_(peer::process_maps_segment(getpid(), shm_)) {
+    if (!can_verify_)
+      spdlog::warn("lane {}: cannot read /proc/<pid>/maps here: lane pids are verified by start time only", lane_);
+  }
 
-LaneSample take_sample(peer::Segment& seg) {
+  // True when `pid` (from the header, for `role`) is a live process of the lane. 0: none named.
+  bool alive(const char* role, int32_t pid) {
+    if (pid == 0 || pid == int32_t(getpid())) return true;  // nothing to check (no primary yet; ourselves)
+    Role& r = role_of(role);
+    if (pid != r.last_seen) {
+      r.last_seen = pid;
+      r.current_verified = verify(role, pid, r);
+    }
+    if (!r.current_verified) return false;
+    for (const auto& h : r.handles)
+      if (h.pid() == pid) return h.alive();
+    return false;
+  }
+
+  // SIGTERM + SIGCONT to every verified live process of `role`. Returns what was done, per process.
+  nlohmann::json stop(const char* role, int32_t header_pid) {
+    Role& r = role_of(role);
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& h : r.handles) {
+      nlohmann::json j = {{"role", role}, {"pid", h.pid()}};
+      if (h.signal(SIGTERM)) {
+        h.signal(SIGCONT);
+        j["action"] = "sigterm";
+      } else {
+        j["action"] = "already gone";
+      }
+      out.push_back(j);
+    }
+    if (header_pid != 0 && !r.verified_pid(header_pid))
+      out.push_back({{"role", role},
+                     {"pid", header_pid},
+                     {"action", "not signalled (not verified as the lane's process)"}});
+    return out;
+  }
+  // SIGKILL to the verified processes of `role` still alive; marks their entries in `done`.
+  void kill_left(const char* role, nlohmann::json& done) {
+    for (const auto& h : role_of(role).handles) {
+      if (!h.alive()) continue;
+      h.signal(SIGKILL);
+      for (auto& j : done)
+        if (j["pid"] == h.pid() && j["role"] == role) j["action"] = "sigterm+sigkill";
+    }
+  }
+  bool any_alive() const {
+    for (const Role* r : {&peer_, &primary_})
+      for (const auto& h : r->handles)
+        if (h.alive()) return true;
+    return false;
+  }
+
+ private:
+  struct Role {
+    int32_t last_seen = 0;
+    bool current_verified = false;
+    std::vector<peer::ProcessHandle> handles;  // every verified process of this role
+    bool verified_pid(int32_t pid) const {
+      for (const auto& h : handles)
+        if (h.pid() == pid) return true;
+      return false;
+    }
+  };
+  Role& role_of(const char* role) { return std::string_view(role) == "peer" ? peer_ : primary_; }
+
+  bool verify(const char* role, int32_t pid, Role& r) {
+    if (r.verified_pid(pid)) return true;
+    if (!peer::signallable_pid(pid)) {
+      spdlog::warn("lane {}: the header names {} pid {}, which is not a pid that can be the lane's", lane_, role, pid);
+      return false;
+    }
+    peer::ProcessHandle h = peer::ProcessHandle::take(pid);  // pin first, then check what it maps
+    if (!h.valid()) return false;                           // gone already
+    if (can_verify_ && !peer::process_maps_segment(pid, shm_)) {
+      spdlog::warn("lane {}: {} pid {} named by the header does not map {}: not the lane's process; it will not be "
+                   "signalled",
+                   lane_, role, pid, shm_);
+      return false;
+    }
+    if (!h.alive()) return false;  // exited (and maybe reused) between the two looks
+    r.handles.push_back(std::move(h));
+    return true;
+  }
+
+  std::string lane_, shm_;
+  bool can_verify_;
+  Role peer_, primary_;
+};
+
+LaneSample take_sample(peer::Segment& seg, LaneProcesses& procs) {
   peer::Header& h = seg.header();
   LaneSample s;
   s.state = h.state.load(std::memory_order_acquire);
-  s.peer_alive = alive(h.peer_pid.load(std::memory_order_relaxed));
-  const int32_t primary = h.primary_pid.load(std::memory_order_relaxed);
-  s.primary_alive = primary == 0 || alive(primary);
+  s.peer_alive = procs.alive("peer", h.peer_pid.load(std::memory_order_relaxed));
+  s.primary_alive = procs.alive("primary", h.primary_pid.load(std::memory_order_relaxed));
   s.slots.resize(seg.geometry().n_slots);
   for (uint32_t i = 0; i < seg.geometry().n_slots; ++i) {
     peer::SlotView v = seg.slot(i);
@@ -143,29 +240,6 @@ TripCause cause_of(Verdict v) {
   return TripCause::kNone;
 }
 
-// SIGTERM (+SIGCONT so a stopped process can act on it), then SIGKILL after grace. Returns what was done.
-nlohmann::json stop_process(const char* role, int32_t pid) {
-  nlohmann::json j = {{"role", role}, {"pid", pid}};
-  if (!peer::signallable_pid(pid)) {
-    j["action"] = "skipped (pid not signallable)";
-    return j;
-  }
-  if (peer::process_state(pid) == peer::ProcessState::kGone) {
-    j["action"] = "already gone";
-    return j;
-  }
-  kill(pid, SIGTERM);
-  kill(pid, SIGCONT);
-  j["action"] = "sigterm";
-  return j;
-}
-
-bool all_gone(const std::vector<int32_t>& pids) {
-  for (int32_t pid : pids)
-    if (peer::signallable_pid(pid) && peer::process_state(pid) == peer::ProcessState::kAlive) return false;
-  return true;
-}
-
 int run_rollback(const std::string& cmd, const std::string& lane, TripCause cause) {
   pid_t pid = fork();
   if (pid < 0) return -1;
@@ -184,41 +258,32 @@ int run_rollback(const std::string& cmd, const std::string& lane, TripCause caus
 // How long a tripped primary gets to fail its requests and exit by itself before SIGTERM.
 constexpr double kPrimaryFailWindowS = 1.0;
 
-int enforce(peer::Segment& seg, const WatchdogOptions& o, const Finding& f) {
+// Trips the lane (or, for a lane a lane process tripped itself — a primary that saw its peer gone, a
+// check gate below its bar, a damaged segment — takes its cause) and does the rest: stop the processes,
+// remove the segment, one JSON line, the rollback.
+int enforce(peer::Segment& seg, const WatchdogOptions& o, const Finding& f, LaneProcesses& procs) {
   peer::Header& h = seg.header();
-  const TripCause cause = cause_of(f.verdict);
-  const std::string reason = fmt::format("watchdog: {}", f.detail);
-  uint32_t unclaimed = 0;
-  if (h.trip_claim.compare_exchange_strong(unclaimed, 1, std::memory_order_acq_rel))
-    peer::write_bounded(h.trip_reason, peer::kReasonBytes, reason);
-  h.trip_cause.store(uint32_t(cause), std::memory_order_relaxed);
-  h.state.store(uint32_t(LaneState::kTripped), std::memory_order_release);
-  peer::futex_wake_all(&h.doorbell);
-  for (uint32_t i = 0; i < seg.geometry().n_slots; ++i) peer::futex_wake_all_low(&seg.slot(i).response->seq);
+  TripCause cause = cause_of(f.verdict);
+  if (f.verdict == Verdict::kTripped)
+    cause = peer::trip_cause_of(h.trip_cause.load(std::memory_order_relaxed));
+  else
+    seg.trip(cause, fmt::format("watchdog: {}", f.detail));
 
   const int32_t peer_pid = h.peer_pid.load(std::memory_order_relaxed);
   const int32_t primary_pid = h.primary_pid.load(std::memory_order_relaxed);
-  nlohmann::json stopped = nlohmann::json::array();
-  stopped.push_back(stop_process("peer", peer_pid));
-  if (primary_pid != 0 && primary_pid != peer_pid) {
-    // The woken primary fails its requests in flight with the trip's cause and exits on its own; give
-    // it a moment to say so before it is stopped (its memory is freed either way).
-    const uint64_t fail_end = peer::now_ns() + uint64_t(std::min(o.grace_s, kPrimaryFailWindowS) * 1e9);
-    while (peer::signallable_pid(primary_pid) && peer::process_state(primary_pid) == peer::ProcessState::kAlive &&
-           peer::now_ns() < fail_end)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    stopped.push_back(stop_process("primary", primary_pid));
-  }
+  procs.alive("peer", peer_pid);  // verify what the header names now, if not seen yet
+  procs.alive("primary", primary_pid);
+  nlohmann::json stopped = procs.stop("peer", peer_pid);
+  // The woken primary fails its requests in flight with the trip's cause and exits on its own; give
+  // it a moment to say so before it is stopped (its memory is freed either way).
+  const uint64_t fail_end = peer::now_ns() + uint64_t(std::min(o.grace_s, kPrimaryFailWindowS) * 1e9);
+  while (procs.alive("primary", primary_pid) && primary_pid != 0 && peer::now_ns() < fail_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (auto& j : procs.stop("primary", primary_pid)) stopped.push_back(j);
   const uint64_t grace_end = peer::now_ns() + uint64_t(o.grace_s * 1e9);
-  std::vector<int32_t> pids = {peer_pid, primary_pid};
-  while (!all_gone(pids) && peer::now_ns() < grace_end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  for (auto& j : stopped) {
-    int32_t pid = j["pid"];
-    if (peer::signallable_pid(pid) && peer::process_state(pid) == peer::ProcessState::kAlive) {
-      kill(pid, SIGKILL);
-      j["action"] = "sigterm+sigkill";
-    }
-  }
+  while (procs.any_alive() && peer::now_ns() < grace_end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  procs.kill_left("peer", stopped);
+  procs.kill_left("primary", stopped);
   // The peer, stopping on SIGTERM, may have removed it already: report whether it is gone.
   const bool removed = seg.unlink_if_ours() || !seg.still_linked();
   nlohmann::json line = {{"event", "lane_tripped"},
@@ -263,13 +328,17 @@ int run_watchdog(const WatchdogOptions& o) {
   spdlog::info("watching lane {} (stall {} s, mode {}, poll {} s)", o.lane, o.stall_s,
                o.mode == Mode::kEnforce ? "enforce" : "observe", poll_s);
   StallDetector detector(o.stall_s, seg->geometry().n_slots);
+  LaneProcesses procs(*seg);
   bool in_episode = false;
   for (;;) {
-    if (!seg->still_linked()) {
+    // A segment removed by a peer that stopped on a trip (a check gate, a damaged segment) still
+    // reads tripped through our mapping: that is handled below, not a normal stop.
+    if (!seg->still_linked() &&
+        seg->header().state.load(std::memory_order_acquire) != uint32_t(LaneState::kTripped)) {
       spdlog::info("lane {}: segment removed, the lane is down; exiting", o.lane);
       return 0;
     }
-    Finding f = detector.observe(peer::now_ns(), take_sample(*seg));
+    Finding f = detector.observe(peer::now_ns(), take_sample(*seg, procs));
     switch (f.verdict) {
       case Verdict::kHealthy:
         in_episode = false;
@@ -278,14 +347,18 @@ int run_watchdog(const WatchdogOptions& o) {
         spdlog::info("lane {}: stopped normally; exiting", o.lane);
         return 0;
       case Verdict::kTripped:
-        spdlog::error("lane {}: already tripped: {}", o.lane,
+        spdlog::error("lane {}: tripped ({}): {}", o.lane, peer::cause_name(seg->header().trip_cause.load()),
                       peer::read_bounded(seg->header().trip_reason, peer::kReasonBytes));
+        if (o.mode == Mode::kEnforce) {
+          f.detail = "tripped by a lane process: " + peer::read_bounded(seg->header().trip_reason, peer::kReasonBytes);
+          return enforce(*seg, o, f, procs);
+        }
         return 1;
       case Verdict::kStall:
       case Verdict::kPeerGone:
       case Verdict::kPrimaryGone:
       case Verdict::kProtocol:
-        if (o.mode == Mode::kEnforce) return enforce(*seg, o, f);
+        if (o.mode == Mode::kEnforce) return enforce(*seg, o, f, procs);
         if (!in_episode) observe_log(o, f);
         in_episode = true;
         break;

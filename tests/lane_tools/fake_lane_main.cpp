@@ -3,7 +3,8 @@
 //   tandem_fake_lane peer    --lane L --fingerprint HEX [geometry] [--sleep-us N] [--primary-stall S]
 //   tandem_fake_lane primary --lane L --fingerprint HEX [geometry] [--requests N (0 = until stopped)]
 // Primary exit codes: 0 every answer matched the reference, 1 a mismatch, 2 bad input / attach refused,
-// 3 lane tripped, 4 other lane error. Peer: 0 stopped / lane stopped / primary gone, 1 tripped, 2 refused.
+// 3 lane tripped, 4 other lane error. Peer: 0 stopped / lane stopped / primary gone, 1 tripped, 2 refused,
+// 4 the segment was damaged (corrupt header, truncated file).
 #include <CLI/CLI.hpp>
 #include <signal.h>
 
@@ -62,6 +63,8 @@ int run_peer(const Args& a) {
     case peer::ServeEnd::kPrimaryGone: return 0;
     case peer::ServeEnd::kTripped: return 1;
     case peer::ServeEnd::kRefused: return 2;
+    case peer::ServeEnd::kCorrupt:
+    case peer::ServeEnd::kShrunk: return peer::kExitLaneDamaged;
   }
   return 1;
 }

@@ -1,4 +1,5 @@
-// Oracle tests: the engine against what transformers computed on shared/fixtures/oracle, and the
+// Oracle tests: the engine against what transformers computed on the repo's fixtures (tests/fixtures/oracle,
+// made by tests/fixtures/make.py) and, when ../shared is beside the checkout, on its set too; and the
 // batching invariants the fixtures can't see (sequences of different lengths, chunked prefill).
 #include <gtest/gtest.h>
 
@@ -12,8 +13,17 @@ namespace {
 
 class Oracle : public ::testing::TestWithParam<std::string> {};
 
+// "repo/NAME": tests/fixtures/oracle/NAME (must exist); "shared/NAME": ../shared's, "" when it is absent.
+std::string case_dir(const std::string& param) {
+  const auto slash = param.find('/');
+  const std::string set = param.substr(0, slash), name = param.substr(slash + 1);
+  return set == "repo" ? test::oracle_dir(name) : test::shared_oracle_dir(name);
+}
+constexpr const char* kNoShared = "no ../shared beside the checkout: the extra fixture set is not there";
+
 TEST_P(Oracle, MatchesTransformers) {
-  const std::string dir = test::oracle_dir(GetParam());
+  const std::string dir = case_dir(GetParam());
+  if (dir.empty()) GTEST_SKIP() << kNoShared;
   auto model = Model::load(dir);
   CpuEngine engine(*model);
   // f32 compute vs an f32 reference: 1e-4 relative (fixture README); tokens exact.
@@ -25,7 +35,8 @@ TEST_P(Oracle, MatchesTransformers) {
 // Rows of several sequences of different lengths in one batch give the same logits as each
 // sequence alone; a prompt prefilled in chunks gives the same logits as one prefill.
 TEST_P(Oracle, BatchingDoesNotChangeAnswers) {
-  const std::string dir = test::oracle_dir(GetParam());
+  const std::string dir = case_dir(GetParam());
+  if (dir.empty()) GTEST_SKIP() << kNoShared;
   auto model = Model::load(dir);
   const int64_t V = model->cfg.vocab_size;
   std::vector<std::vector<int32_t>> prompts = {{5, 17, 99, 3, 250, 7, 8}, {42}, {300, 301, 302, 7}};
@@ -62,7 +73,9 @@ TEST_P(Oracle, BatchingDoesNotChangeAnswers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Oracle,
-                         ::testing::Values("qwen3moe_f32", "mixtral_bf16", "olmoe_f32", "deepseekv3_f32"));
+                         ::testing::Values("repo/qwen3moe_f32", "repo/mixtral_bf16", "repo/olmoe_f32",
+                                           "repo/deepseekv3_f32", "shared/qwen3moe_f32", "shared/mixtral_bf16",
+                                           "shared/olmoe_f32", "shared/deepseekv3_f32"));
 
 // MLA with q_lora wider than the hidden size (q_a's rows outgrow the engine's hidden-sized scratch):
 // an engine's first prefill gives the same logits as one whose buffers a bigger batch already grew.

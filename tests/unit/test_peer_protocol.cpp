@@ -104,7 +104,8 @@ TEST(PeerProtocol, NamesOfRawValues) {
   EXPECT_EQ(state_name(uint32_t(LaneState::kTripped)), "tripped");
   EXPECT_EQ(state_name(77), "unknown(77)");
   EXPECT_EQ(cause_name(uint32_t(TripCause::kPeerGone)), "peer_gone");
-  EXPECT_EQ(cause_name(5), "unknown(5)");
+  EXPECT_EQ(cause_name(5), "check_failed");
+  EXPECT_EQ(cause_name(8), "unknown(8)");
 }
 
 TEST(PeerProtocol, BoundedStrings) {

@@ -38,6 +38,7 @@ class CudaEngine final : public Engine {
   int add_sequence() override;
   void remove_sequence(int seq) override;
   int64_t seq_len(int seq) const override { return len_[size_t(seq)]; }
+  int64_t max_ctx() const override { return ctx_; }
   const std::vector<float>& forward(std::span<const Item> items, bool all_logits) override;
   std::optional<CudaPeerStats> peer_stats() const;
   bool set_pdl(bool on);

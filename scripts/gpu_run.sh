@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device side of the CUDA backend's checks: run on the GPU machine from a folder holding the binaries
-# built elsewhere (bin/), the shared libraries they need (lib/) and the oracle fixtures
-# (shared/fixtures/oracle). Logs go to $OUT (or ./gpu-out). Steps (first argument):
+# built elsewhere (bin/), the shared libraries they need (lib/) and, optionally, the extra fixture set
+# (shared/fixtures/oracle); the tests read the repo's own fixtures (tests/fixtures) from the checkout. Logs go to $OUT (or ./gpu-out). Steps (first argument):
 #   basic  nvidia-smi, the backend tests (ops vs the CPU reference, engine vs the oracle fixtures)
 #   bench  synthesise flash-mini (timed) into $MODEL_DIR and run bench_gpu_decode on the lanes in
 #          $LANES (default local,host,peer; for peer it writes the cold-tail rowmap, starts
@@ -18,6 +18,7 @@ model_dir=${MODEL_DIR:-/tmp/flash-mini}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$carry/lib:${LD_LIBRARY_PATH:-}"
 export TANDEM_SHARED="$carry/shared"
+export TANDEM_FIXTURES="$(cd "$(dirname "$0")/.." && pwd)/tests/fixtures"
 export TANDEM_BIN="$carry/bin/tandem"
 chmod +x "$carry"/bin/* 2>/dev/null
 summary=()

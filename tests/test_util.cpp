@@ -14,7 +14,10 @@
 
 namespace tandem::test {
 
-std::string fixtures_dir() { return TANDEM_SOURCE_DIR "/tests/fixtures"; }
+std::string fixtures_dir() {
+  const char* env = std::getenv("TANDEM_FIXTURES");  // binaries carried to another machine (scripts/gpu_run.sh)
+  return env ? env : TANDEM_SOURCE_DIR "/tests/fixtures";
+}
 
 void require_fixture(const std::string& path) {
   if (!std::filesystem::exists(path))

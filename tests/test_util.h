@@ -7,7 +7,8 @@
 namespace tandem::test {
 
 // The repo's own fixtures: tests/fixtures (made by tests/fixtures/make.py, committed). Every test reads
-// these; a missing file is a test failure that names it (never a skip).
+// these; a missing file is a test failure that names it (never a skip). $TANDEM_FIXTURES overrides the
+// folder (test binaries run on another machine than the one that built them).
 std::string fixtures_dir();
 // tests/fixtures/oracle/<name>, after checking that its three files exist (throws naming the missing one).
 std::string oracle_dir(const std::string& name);

@@ -158,6 +158,7 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
       co.peer_fingerprint = lane_fingerprint(*rt.rowmap, co.split_begin, cold_weights_fingerprint(*rt.model, *rt.rowmap));
       co.peer_spin_limit_us = o.peer_spin_limit_us;
       co.peer_check = o.peer_check;
+      co.check_min = o.check_min;
     } else if (o.lane != "local") {
       fail("--lane {}: not a lane on cuda (supported: local, host, peer, split)", o.lane);
     } else if (!o.peer.empty() || o.peer_check) {

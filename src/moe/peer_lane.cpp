@@ -142,25 +142,28 @@ void PeerExperts::run(int64_t layer, const float* x, int64_t n_rows, const Routi
   run_experts_cpu(model_.layers[size_t(layer)].experts, cold_x_.data(), m, H, cold_ids_.data(), cold_w_.data(), k,
                   ref_out_.data(), pool_);
   auto& chk = checks_[size_t(layer)];
-  for (int64_t i = 0; i < m; ++i) {
-    const float* a = cold_out_.data() + i * H;
-    const float* b = ref_out_.data() + i * H;
-    double ab = 0, aa = 0, bb = 0;
-    for (int64_t h = 0; h < H; ++h) {
-      ab += double(a[h]) * b[h];
-      aa += double(a[h]) * a[h];
-      bb += double(b[h]) * b[h];
-    }
-    double cos = (aa == 0 && bb == 0) ? 1.0 : (aa == 0 || bb == 0) ? 0.0 : ab / std::sqrt(aa * bb);
-    if (!std::isfinite(cos)) cos = -1.0;
-    chk.min_cosine = std::min(chk.min_cosine, cos);
-    ++chk.checks;
-    // The gate is a gate: rows this wrong must not become tokens (they would, from `out` above).
-    if (cos < options_.check_min)
-      client_->trip(peer::TripCause::kCheck,
-                    fmt::format("primary: check gate: layer {} row {} cosine {:.6f} is below the bar {} (--check-min)",
-                                layer, cold_rows_[size_t(i)], cos, options_.check_min));
+  for (int64_t i = 0; i < m; ++i)
+    check_row(chk, cold_out_.data() + i * H, ref_out_.data() + i * H, H, options_.check_min, *client_, layer,
+              cold_rows_[size_t(i)]);
+}
+
+void check_row(LayerCheck& chk, const float* got, const float* want, int64_t n, double bar, peer::PeerClient& client,
+               int64_t layer, int64_t row) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t h = 0; h < n; ++h) {
+    ab += double(got[h]) * want[h];
+    aa += double(got[h]) * got[h];
+    bb += double(want[h]) * want[h];
   }
+  double cos = (aa == 0 && bb == 0) ? 1.0 : (aa == 0 || bb == 0) ? 0.0 : ab / std::sqrt(aa * bb);
+  if (!std::isfinite(cos)) cos = -1.0;
+  chk.min_cosine = std::min(chk.min_cosine, cos);
+  ++chk.checks;
+  // The gate is a gate: a row this wrong must not become a token.
+  if (cos < bar)
+    client.trip(peer::TripCause::kCheck,
+                fmt::format("primary: check gate: layer {} row {} cosine {:.6f} is below the bar {} (--check-min)", layer,
+                            row, cos, bar));
 }
 
 }  // namespace tandem

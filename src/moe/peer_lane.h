@@ -48,6 +48,13 @@ struct LayerCheck {
   double min_cosine = 1.0;
 };
 
+// The check gate on one row, for every primary (CPU or GPU): the cosine of the peer's row `got` [n]
+// against the primary's reference `want` [n] (1 when both are zero, 0 when one is, -1 when not finite)
+// joins `chk`; below `bar` the lane trips (cause check_failed) and this throws LaneTripped, so the row
+// never becomes a token.
+void check_row(LayerCheck& chk, const float* got, const float* want, int64_t n, double bar, peer::PeerClient& client,
+               int64_t layer, int64_t row);
+
 class PeerExperts final : public ExpertExecutor {
  public:
   // rowmap must already be validated against model. Throws InputError when the lane can't be attached.

@@ -23,6 +23,7 @@
 #include "engine/generate.h"
 #include "engine/verify.h"
 #include "moe/experts.h"
+#include "moe/peer_lane.h"
 #include "placement/fingerprint.h"
 #include "placement/rowmap.h"
 #include "test_util.h"
@@ -92,24 +93,26 @@ class TinyLaneModel : public ::testing::Test {
   TempDir tmp;
 };
 
-inline CudaOptions peer_options(const Rowmap& rm, const ModelConfig& cfg, const std::string& lane) {
+inline CudaOptions peer_options(const Rowmap& rm, const Model& model, const std::string& lane) {
+  const ModelConfig& cfg = model.cfg;
   CudaOptions o;
   o.lane = CudaLane::kPeer;
   o.cold.assign(size_t(cfg.n_layer), {});
   for (const auto& l : rm.layers) o.cold[size_t(l.layer)] = l.cold;
   o.peer = lane;
-  o.peer_fingerprint = lane_fingerprint(rm);
+  o.peer_fingerprint = lane_fingerprint(rm, 0, cold_weights_fingerprint(model, rm));
   o.peer_spin_limit_us = 100000;
   return o;
 }
 
 // The split lane: each cold expert's first features read over PCIe by the GPU, the rest computed by a
 // `tandem peer --split-share F`; the sum is the local lane's function.
-inline CudaOptions split_options(const Rowmap& rm, const ModelConfig& cfg, const std::string& lane, double fraction) {
-  CudaOptions o = peer_options(rm, cfg, lane);
+inline CudaOptions split_options(const Rowmap& rm, const Model& model, const std::string& lane, double fraction) {
+  const ModelConfig& cfg = model.cfg;
+  CudaOptions o = peer_options(rm, model, lane);
   o.lane = CudaLane::kSplit;
   o.split_begin = split_column(cfg.moe_intermediate_size, fraction);
-  o.peer_fingerprint = lane_fingerprint(rm, o.split_begin);
+  o.peer_fingerprint = lane_fingerprint(rm, o.split_begin, cold_weights_fingerprint(model, rm));
   return o;
 }
 
@@ -148,7 +151,7 @@ inline void expect_lane_matches_local(const std::string& fixture, bool split,
   const std::string rm_path = tmp.file("rowmap.json");
   rm.save(rm_path);
   auto options = [&](const std::string& lane) {
-    return split ? split_options(rm, model->cfg, lane, 0.5) : peer_options(rm, model->cfg, lane);
+    return split ? split_options(rm, *model, lane, 0.5) : peer_options(rm, *model, lane);
   };
   std::vector<std::string> peer_args = peer_extra;
   if (split) peer_args.insert(peer_args.end(), {"--split-share", "0.5"});

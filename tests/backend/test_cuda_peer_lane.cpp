@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lane_tools/negated_peer.h"
 #include "peer_lane_util.h"
 
 namespace tandem {
@@ -47,7 +48,7 @@ TEST(CudaSplitLane, PeerAndPrimaryCuttingDifferentlyRefuseEachOther) {
   const std::string lane = unique_lane("cut");
   Peer peer(dir, tmp.file("rowmap.json"), lane, tmp, {"--split-share", "0.5"});  // cuts at 16 of 32
   ASSERT_TRUE(peer.wait_serving()) << test::read_file(peer.log);
-  CudaOptions o = split_options(rm, model->cfg, lane, 0.25);              // cuts at 8
+  CudaOptions o = split_options(rm, *model, lane, 0.25);              // cuts at 8
   o.peer_attach_timeout_s = 5;
   try {
     make_cuda_engine(*model, {}, o);
@@ -61,6 +62,36 @@ TEST(CudaSplitLane, PeerAndPrimaryCuttingDifferentlyRefuseEachOther) {
   EXPECT_EQ(peer.child.exit_code, 2) << test::read_file(peer.log);  // refused, as for a foreign rowmap
 }
 
+// The check gate is a gate on a CUDA primary too: a peer whose rows are negated behind a matching
+// handshake trips the lane at the first checked step (cause check_failed), before any token.
+TEST(CudaPeerLane, CheckGateBelowTheBarTripsTheLane) {
+  const std::string dir = test::oracle_dir("qwen3moe_f32");
+  auto model = Model::load(dir);
+  const Rowmap rm = make_rowmap(dir, [](int64_t, int64_t e) { return e % 2 == 1; });
+  const std::string lane = unique_lane("gate");
+  test::NegatedPeer wrong(*model, rm, lane);
+  {
+    CudaOptions o = peer_options(rm, *model, lane);
+    o.peer_check = 1;  // check_min stays at its default, 0.999
+    auto engine = make_cuda_engine(*model, {}, o);
+    GenerateRequest req;
+    req.prompt = {5, 17, 99, 3};
+    req.max_tokens = 4;
+    int tokens = 0;
+    GenerateOptions go;
+    go.on_token = [&](size_t, int32_t) { ++tokens; };
+    try {
+      generate(*engine, std::span<const GenerateRequest>(&req, 1), go);
+      ADD_FAILURE() << "generation with a wrong peer returned";
+    } catch (const peer::LaneTripped& e) {
+      EXPECT_EQ(e.cause(), peer::TripCause::kCheck) << e.what();
+      EXPECT_NE(std::string(e.what()).find("below the bar 0.999"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(tokens, 0);
+  }
+  EXPECT_EQ(wrong.join(), peer::ServeEnd::kTripped);
+}
+
 TEST(CudaPeerLane, SlowPeerWithSpinLimitOneGivesTheSameTokensAndCountsOverruns) {
   test::TempDir tmp;
   const std::string dir = test::oracle_dir("qwen3moe_f32");
@@ -72,7 +103,7 @@ TEST(CudaPeerLane, SlowPeerWithSpinLimitOneGivesTheSameTokensAndCountsOverruns) 
   const std::string lane = unique_lane("slow");
   Peer peer(dir, tmp.file("rowmap.json"), lane, tmp, {"--delay-us", "2000"});
   ASSERT_TRUE(peer.wait_serving()) << test::read_file(peer.log);
-  CudaOptions o = peer_options(rm, model->cfg, lane);
+  CudaOptions o = peer_options(rm, *model, lane);
   o.peer_spin_limit_us = 1;
   auto engine = make_cuda_engine(*model, {}, o);
   expect_same_generation(greedy(*engine), ref);
@@ -88,7 +119,7 @@ TEST(CudaPeerLane, AttachFailuresAreInputErrors) {
   const std::string dir = test::oracle_dir("qwen3moe_f32");
   auto model = Model::load(dir);
   const Rowmap rm = make_rowmap(dir, [](int64_t, int64_t e) { return e % 2 == 1; });
-  CudaOptions o = peer_options(rm, model->cfg, unique_lane("absent"));
+  CudaOptions o = peer_options(rm, *model, unique_lane("absent"));
   o.peer_attach_timeout_s = 0.2;
   EXPECT_THROW(make_cuda_engine(*model, {}, o), InputError);  // no such lane
   o.peer = "";

@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "lane_tools/negated_peer.h"
 #include "lane_tools/process.h"
 #include "lane_tools/rowmap_util.h"
 #include "models/model.h"
@@ -144,43 +145,14 @@ TEST_F(FailClosed, SameWeightsAttachAndAgree) {
             nlohmann::json::parse(r.out)["results"][0]["tokens"]);
 }
 
-// A peer computing something else (here: every output negated) behind a matching handshake.
-class NegatedCompute final : public peer::PeerCompute {
- public:
-  NegatedCompute(const Model& m, const Rowmap& rm, ThreadPool& pool) : model_(m), rm_(rm), pool_(pool) {}
-  int n_layers() const override { return int(model_.cfg.n_layer); }
-  int n_experts() const override { return int(model_.cfg.n_expert); }
-  bool is_cold(int layer, int expert) const override { return rm_.is_cold(layer, expert); }
-  void compute(int layer, const float* x, int64_t n_rows, const int32_t* ids, const float* w, int64_t k,
-               float* out) override {
-    const int64_t H = model_.cfg.hidden_size;
-    run_experts_cpu(model_.layers[size_t(layer)].experts, x, n_rows, H, ids, w, k, out, pool_);
-    for (int64_t i = 0; i < n_rows * H; ++i) out[i] = -out[i];
-  }
-
- private:
-  const Model& model_;
-  const Rowmap& rm_;
-  ThreadPool& pool_;
-};
-
 // 1b. The check gate is a gate: the first checked row below --check-min trips the lane (cause
 // check_failed); the request fails before any token is produced, and the peer sees the lane tripped.
 TEST_F(FailClosed, CheckGateBelowTheBarTripsTheLane) {
   auto model = Model::load(FailClosed::model(1));
   Rowmap rm = Rowmap::load(rowmap());
-  ThreadPool pool(1), peer_pool(1);  // one each: the two sides run at once
-  NegatedCompute compute(*model, rm, peer_pool);
+  ThreadPool pool(1);  // the peer has its own: the two sides run at once
   const std::string lane = use_lane("gate");
-  peer::Geometry g;
-  g.max_rows = 64;
-  g.hidden = uint32_t(model->cfg.hidden_size);
-  g.max_k = uint32_t(model->cfg.n_expert_used);
-  const uint64_t weights = cold_weights_fingerprint(*model, rm);
-  auto server = peer::PeerServer::create(lane, lane_fingerprint(rm, 0, weights), g, compute, {},
-                                         peer::fp1_value(rm.rowmap_fingerprint), weights);
-  peer::ServeEnd end{};
-  std::thread serving([&] { end = server->serve(); });
+  test::NegatedPeer wrong(*model, rm, lane);
   {
     PeerLaneOptions po;
     po.lane = lane;
@@ -202,8 +174,7 @@ TEST_F(FailClosed, CheckGateBelowTheBarTripsTheLane) {
     }
     EXPECT_EQ(tokens, 0);
   }
-  serving.join();
-  EXPECT_EQ(end, peer::ServeEnd::kTripped);
+  EXPECT_EQ(wrong.join(), peer::ServeEnd::kTripped);
 }
 
 // 2. Limits before work: a budget past the context is said up front and generation stops at the

@@ -165,6 +165,7 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
     po.fingerprint = cuda_.peer_fingerprint;
     po.spin_limit_us = cuda_.peer_spin_limit_us;
     po.attach_timeout_s = cuda_.peer_attach_timeout_s;
+    po.check_min = cuda_.check_min;
     peer_ = std::make_unique<GpuPeerLane>(model_, cold, po);
   }
 

@@ -43,11 +43,13 @@ struct CudaOptions {
   // Peer and split lanes: the lane name, the fingerprint both sides expect (lane_fingerprint(rowmap,
   // split_begin)), the spin
   // limit of the GPU's wait (µs; past it the wait naps and counts an overrun, never gives up), and the
-  // check gate: every Nth step (0 = off) runs eagerly and recomputes each handoff's rows on the CPU.
+  // check gate: every Nth step (0 = off) runs eagerly and recomputes each handoff's rows on the CPU; a
+  // row below check_min trips the lane (the step throws LaneTripped).
   std::string peer;
   uint64_t peer_fingerprint = 0;
   uint64_t peer_spin_limit_us = 50;
   int64_t peer_check = 0;
+  double check_min = 0.999;
   double peer_attach_timeout_s = 30;
   bool graphs = true;  // replay decode steps (one token per sequence) as CUDA graphs
   // Programmatic dependent launch for every kernel of a step (eager and in graphs): each kernel is

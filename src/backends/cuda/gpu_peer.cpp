@@ -32,7 +32,7 @@ size_t GpuPeerLane::peer_sliced_bytes(const ExpertWeights& e) const {
 
 GpuPeerLane::GpuPeerLane(const Model& model, const std::vector<std::vector<int32_t>>& cold,
                          const GpuPeerOptions& options)
-    : model_(model), lane_(options.lane), split_begin_(options.split_begin) {
+    : model_(model), lane_(options.lane), split_begin_(options.split_begin), check_min_(options.check_min) {
   const auto& c = model.cfg;
   peer::Geometry g;
   g.n_slots = 1;
@@ -204,19 +204,7 @@ void GpuPeerLane::check(int64_t layer, int count) {
   for (int r = 0; r < count; ++r) {
     bool any = false;
     for (int64_t j = 0; j < K; ++j) any |= s.ids[r * K + j] >= 0;
-    if (!any) continue;
-    const float* a = s.out + int64_t(r) * H;
-    const float* b = ref_.data() + int64_t(r) * H;
-    double ab = 0, aa = 0, bb = 0;
-    for (int64_t i = 0; i < H; ++i) {
-      ab += double(a[i]) * b[i];
-      aa += double(a[i]) * a[i];
-      bb += double(b[i]) * b[i];
-    }
-    double cos = (aa == 0 && bb == 0) ? 1.0 : (aa == 0 || bb == 0) ? 0.0 : ab / std::sqrt(aa * bb);
-    if (!std::isfinite(cos)) cos = -1.0;
-    chk.min_cosine = std::min(chk.min_cosine, cos);
-    ++chk.checks;
+    if (any) check_row(chk, s.out + int64_t(r) * H, ref_.data() + int64_t(r) * H, H, check_min_, *client_, layer, r);
   }
 }
 

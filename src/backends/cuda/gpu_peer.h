@@ -23,6 +23,7 @@ struct GpuPeerOptions {
   uint64_t spin_limit_us = 50;
   double attach_timeout_s = 30;
   int64_t split_begin = 0;  // split lane: the peer computes features [split_begin, inter) of each cold expert
+  double check_min = 0.999;  // check gate bar: a checked row below it trips the lane (check_row)
 };
 
 class GpuPeerLane {
@@ -72,6 +73,7 @@ class GpuPeerLane {
   std::exception_ptr failed_;
   std::vector<float> ref_;
   int64_t split_begin_ = 0;
+  double check_min_ = 0.999;
   std::vector<ExpertWeights> sliced_;  // check gate of the split lane: the peer's share of the checked experts
   std::vector<uint8_t> sliced_bytes_;
 };

@@ -41,6 +41,7 @@ out=$final/work  # packed into $final/results.tgz at the end (the device tool re
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$carry/lib:${LD_LIBRARY_PATH:-}"
 export TANDEM_SHARED="$carry/shared"
+export TANDEM_FIXTURES="$(cd "$(dirname "$0")/.." && pwd)/tests/fixtures"
 export TANDEM_BIN="$carry/bin/tandem"
 chmod +x "$carry"/bin/*
 T="$carry/bin/tandem"

@@ -40,6 +40,14 @@ struct RopeConfig {
   bool truncate = true;
 };
 
+// quantization_config of a fine-grained FP8 checkpoint (DeepSeek-V3, Qwen3 FP8): quant_method "fp8",
+// fmt "e4m3", weight_block_size [rows, cols]. Which tensors are FP8 comes from the files' dtypes; this
+// gives the size of their scale blocks. Absent (fp8 false): an F8_E4M3 tensor is an error.
+struct QuantConfig {
+  bool fp8 = false;
+  int64_t block_rows = 0, block_cols = 0;
+};
+
 struct ModelConfig {
   Arch arch = Arch::kQwen3Moe;
   std::string model_type;
@@ -78,6 +86,8 @@ struct ModelConfig {
   int64_t topk_group = 1;
   RouterKind router = RouterKind::kSoftmaxTopK;
   std::vector<bool> layer_is_moe;      // [n_layer]
+
+  QuantConfig quant;
 
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;

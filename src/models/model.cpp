@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "io/fp8_weights.h"
+
 namespace tandem {
 
 std::unique_ptr<Model> Model::load(const std::string& dir, const ExpertFilter& filter) {
@@ -45,22 +47,26 @@ void bind_common(Model& m) {
   }
 }
 
+TensorView bind_linear(const Model& m, const std::string& name, std::initializer_list<int64_t> shape) {
+  return require_linear(m.store, m.cfg.quant, name, shape);
+}
+
 void bind_gqa_attention(Model& m, int64_t layer, const std::string& prefix) {
   const auto& c = m.cfg;
   auto& a = m.layers[size_t(layer)].attn;
-  a.q = m.store.require(prefix + "q_proj.weight", {c.n_head * c.head_dim, c.hidden_size});
-  a.k = m.store.require(prefix + "k_proj.weight", {c.n_head_kv * c.head_dim, c.hidden_size});
-  a.v = m.store.require(prefix + "v_proj.weight", {c.n_head_kv * c.head_dim, c.hidden_size});
-  a.o = m.store.require(prefix + "o_proj.weight", {c.hidden_size, c.n_head * c.head_dim});
+  a.q = bind_linear(m, prefix + "q_proj.weight", {c.n_head * c.head_dim, c.hidden_size});
+  a.k = bind_linear(m, prefix + "k_proj.weight", {c.n_head_kv * c.head_dim, c.hidden_size});
+  a.v = bind_linear(m, prefix + "v_proj.weight", {c.n_head_kv * c.head_dim, c.hidden_size});
+  a.o = bind_linear(m, prefix + "o_proj.weight", {c.hidden_size, c.n_head * c.head_dim});
 }
 
 ExpertWeights bind_mlp(const Model& m, const std::string& prefix, const char* gate, const char* up,
                        const char* down, int64_t inter) {
   const int64_t h = m.cfg.hidden_size;
   ExpertWeights e;
-  e.gate = m.store.require(prefix + gate + ".weight", {inter, h});
-  e.up = m.store.require(prefix + up + ".weight", {inter, h});
-  e.down = m.store.require(prefix + down + ".weight", {h, inter});
+  e.gate = bind_linear(m, prefix + gate + ".weight", {inter, h});
+  e.up = bind_linear(m, prefix + up + ".weight", {inter, h});
+  e.down = bind_linear(m, prefix + down + ".weight", {h, inter});
   return e;
 }
 

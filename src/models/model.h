@@ -70,6 +70,10 @@ void bind_olmoe(Model& m, const ExpertFilter& filter);
 void bind_deepseek_v3(Model& m, const ExpertFilter& filter);
 
 // Shared binding blocks (models/model.cpp).
+// A linear layer's weight [out, in]: float, or F8_E4M3 with its validated block scales (io/fp8_weights.h).
+// Attention, dense-MLP and expert projections bind through this; embeddings, norms, routers and
+// lm_head stay float (store.require).
+TensorView bind_linear(const Model& m, const std::string& name, std::initializer_list<int64_t> shape);
 void bind_gqa_attention(Model& m, int64_t layer, const std::string& prefix);  // q/k/v/o_proj
 ExpertWeights bind_mlp(const Model& m, const std::string& prefix, const char* gate, const char* up,
                        const char* down, int64_t inter);

@@ -70,6 +70,9 @@ std::string fingerprint_text(const ModelConfig& cfg, std::vector<TensorMeta> ten
   for (bool b : cfg.layer_is_moe) moe += b ? '1' : '0';
   line("layer_is_moe", moe);
   line("router", std::string(router_name(cfg.router)));
+  // Only for FP8 models, so the fingerprints of float models stay what they were: the block size
+  // decides what the scale grids mean, and the tensors' dtypes and shapes alone do not always show it.
+  if (cfg.quant.fp8) line("fp8_block", fmt::format("{}x{}", cfg.quant.block_rows, cfg.quant.block_cols));
   std::sort(tensors.begin(), tensors.end(), [](const TensorMeta& a, const TensorMeta& b) { return a.name < b.name; });
   for (size_t i = 0; i + 1 < tensors.size(); ++i)
     TANDEM_ASSERT(tensors[i].name != tensors[i + 1].name, "tensor {} listed twice", tensors[i].name);

@@ -1,0 +1,134 @@
+// FP8 oracle cases (shared/fixtures/oracle/{deepseekv3_fp8,qwen3moe_fp8}): block-scaled F8_E4M3
+// checkpoints, edge blocks partial, against what transformers computed on the dequantized weights.
+// The CPU engine dequantizes in its kernels (FP8 stays FP8 in memory) and must meet the f32 tolerance
+// on every SIMD path, batch the same way as the float fixtures, and pass `tandem verify`.
+#include <gtest/gtest.h>
+
+#include "backends/cpu/kernels.h"
+#include "engine/generate.h"
+#include "engine/verify.h"
+#include "models/model.h"
+#include "placement/fingerprint.h"
+#include "placement/memory_model.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+class OracleFp8 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OracleFp8, WeightsStayFp8WithTheirScales) {
+  auto model = Model::load(test::oracle_dir(GetParam()));
+  int64_t fp8 = 0;
+  for (const auto& L : model->layers) {
+    for (const TensorView* v : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.q_a, &L.attn.q_b, &L.attn.kv_a,
+                                &L.attn.kv_b, &L.attn.o, &L.dense.gate, &L.dense.up, &L.dense.down, &L.shared.gate,
+                                &L.shared.up, &L.shared.down}) {
+      if (v->empty()) continue;
+      EXPECT_EQ(v->dtype, DType::kF8E4M3);
+      EXPECT_FALSE(v->scale.empty());
+      ++fp8;
+    }
+    for (const auto& e : L.experts) {
+      if (!e.present()) continue;
+      EXPECT_EQ(e.gate.dtype, DType::kF8E4M3);
+      EXPECT_EQ(e.nbytes(), e.gate.nbytes() + e.up.nbytes() + e.down.nbytes() + e.gate.scale_nbytes() +
+                                e.up.scale_nbytes() + e.down.scale_nbytes());
+      ++fp8;
+    }
+    EXPECT_EQ(L.router.empty() ? DType::kBF16 : L.router.dtype, DType::kBF16);
+  }
+  EXPECT_GT(fp8, 0);
+  EXPECT_EQ(model->embed.dtype, DType::kBF16);
+  EXPECT_EQ(model->lm_head.dtype, DType::kBF16);
+}
+
+TEST_P(OracleFp8, MatchesTransformersOnEverySimdPath) {
+  const std::string dir = test::oracle_dir(GetParam());
+  auto model = Model::load(dir);
+  const cpu::SimdPath saved = cpu::current_simd_path();
+  for (cpu::SimdPath p : {cpu::SimdPath::kScalar, cpu::SimdPath::kAvx2, cpu::SimdPath::kAvx512}) {
+    if (!cpu::simd_supported(p)) continue;
+    cpu::set_simd_path(p);
+    CpuEngine engine(*model);
+    // f32 compute on dequantized weights vs an f32 reference on the same: 1e-4 relative; tokens exact.
+    auto checks = verify_against(engine, dir + "/expected.safetensors");
+    ASSERT_GE(checks.size(), 4u);
+    for (const auto& c : checks)
+      EXPECT_TRUE(c.pass) << cpu::simd_path_name(p) << ": " << c.name << " max_rel_err " << c.max_rel_err;
+  }
+  cpu::set_simd_path(saved);
+}
+
+// Prefill in chunks, several sequences in one batch: same logits as each sequence alone.
+TEST_P(OracleFp8, BatchingDoesNotChangeAnswers) {
+  auto model = Model::load(test::oracle_dir(GetParam()));
+  const int64_t V = model->cfg.vocab_size;
+  std::vector<std::vector<int32_t>> prompts = {{5, 17, 99, 3, 250, 7, 8}, {42}, {300, 301, 302, 7}};
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<float>> alone;
+  GenerateOptions o;
+  o.keep_logits = true;
+  for (const auto& p : prompts) {
+    GenerateRequest r;
+    r.prompt = p;
+    r.max_tokens = 3;
+    reqs.push_back(r);
+    CpuEngine e(*model);
+    alone.push_back(generate(e, std::span<const GenerateRequest>(&r, 1), o)[0].logits);
+  }
+  CpuEngine e(*model);
+  o.prefill_chunk = 2;
+  auto res = generate(e, reqs, o);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(res[i].logits.size(), size_t(3 * V));
+    EXPECT_LT(max_rel_err(res[i].logits.data(), alone[i].data(), 3 * V), 1e-5) << "prompt " << i;
+  }
+}
+
+// The planner's memory model counts an FP8 expert at its real size: weights plus scale grids (the
+// `_scale_inv` tensors are classified with their weights); the fingerprint names the block size.
+TEST_P(OracleFp8, PlacementCountsFp8ExpertsWithTheirScales) {
+  auto model = Model::load(test::oracle_dir(GetParam()));
+  const ModelBytes mb = model_bytes(model->cfg, model->store);
+  uint64_t routed = 0, shared = 0;
+  for (const auto& L : model->layers) {
+    for (const auto& e : L.experts) routed += e.present() ? e.nbytes() : 0;
+    shared += L.shared.present() ? L.shared.nbytes() : 0;
+  }
+  EXPECT_EQ(mb.routed_experts, routed);
+  EXPECT_EQ(mb.shared_experts, shared);
+  const int64_t first_moe = model->cfg.layer_is_moe[0] ? 0 : 1;
+  const ExpertWeights& e0 = model->layers[size_t(first_moe)].experts[0];
+  EXPECT_EQ(mb.expert_bytes, e0.nbytes());
+  // [160, 256] x2 + [256, 160] in FP8, each with a 2x2 grid of F32 scales.
+  EXPECT_EQ(e0.nbytes(), 3u * 160u * 256u + 3u * 4u * 4u);
+  EXPECT_EQ(mb.total() + mb.unused, model->store.total_bytes());
+  EXPECT_NE(fingerprint_text(model->cfg, tensor_metas(model->store)).find("fp8_block=128x128"), std::string::npos);
+  ModelConfig other = model->cfg;
+  other.quant.block_rows = 64;
+  EXPECT_NE(model_fingerprint(other, model->store), model_fingerprint(model->cfg, model->store));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OracleFp8, ::testing::Values("deepseekv3_fp8", "qwen3moe_fp8"));
+
+TEST(OracleFp8Cli, VerifyPasses) {
+  for (const char* name : {"deepseekv3_fp8", "qwen3moe_fp8"}) {
+    const std::string dir = test::oracle_dir(name);
+    auto r = test::run_tandem({"verify", "--model", dir, "--expected", dir + "/expected.safetensors", "--threads", "2"});
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    EXPECT_NE(r.out.find("verify: PASS"), std::string::npos) << name << ": " << r.out;
+  }
+}
+
+TEST(OracleFp8Cli, InfoReportsBytesByDtype) {
+  auto r = test::run_tandem({"info", "--model", test::oracle_dir("qwen3moe_fp8")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Every linear of attention and the experts is FP8; embeddings, lm_head, norms and router BF16.
+  EXPECT_NE(r.out.find("bytes by dtype   BF16 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", F8_E4M3 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FP8 e4m3 weights with 128x128 block scales"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace tandem

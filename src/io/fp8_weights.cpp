@@ -1,6 +1,7 @@
 // FP8 linear weights and their block scales (see fp8_weights.h).
 #include "io/fp8_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -79,6 +80,23 @@ TensorView require_linear(const TensorStore& store, const QuantConfig& quant, st
   v.scale.block_cols = quant.block_cols;
   v.scale.row0 = 0;
   return v;
+}
+
+void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, int64_t br, int64_t bc, uint8_t* codes,
+                         float* scales) {
+  TANDEM_ASSERT(rows >= 0 && cols >= 0 && br > 0 && bc > 0, "quantize_fp8_blocks {}x{} in {}x{}", rows, cols, br, bc);
+  const int64_t grid_cols = (cols + bc - 1) / bc;
+  for (int64_t r0 = 0; r0 < rows; r0 += br)
+    for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+      const int64_t r1 = std::min(rows, r0 + br), c1 = std::min(cols, c0 + bc);
+      float amax = 0.0f;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * cols + c]));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      scales[r0 / br * grid_cols + c0 / bc] = scale;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) codes[r * cols + c] = f32_to_fp8_e4m3(w[r * cols + c] / scale);
+    }
 }
 
 }  // namespace tandem

@@ -31,4 +31,11 @@ TensorView require_linear(const TensorStore& store, const QuantConfig& quant, st
 // column otherwise. `w` is 2-D F8_E4M3.
 void check_fp8_codes(const TensorView& w, std::string_view what);
 
+// Quantizes w [rows, cols] (f32) into the same format: one scale per block of br x bc (edge blocks
+// partial), scale = amax / 448 (1 for an all-zero block), code = f32_to_fp8_e4m3(w / scale), round to
+// nearest even, so each block's largest magnitude maps to ±448. codes: [rows, cols];
+// scales: [ceil(rows / br), ceil(cols / bc)].
+void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, int64_t br, int64_t bc, uint8_t* codes,
+                         float* scales);
+
 }  // namespace tandem

@@ -327,5 +327,42 @@ TEST(Fp8, RowSlicesKeepTheirScaleRows) {
   }
 }
 
+// ---- quantizing -----------------------------------------------------------------------------------
+
+TEST(Fp8, QuantizeBlocksIsWithinHalfASpacing) {
+  const int64_t rows = 200, cols = 300, br = 128, bc = 128;  // partial blocks on both edges
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  std::vector<float> w(size_t(rows * cols));
+  for (auto& v : w) v = d(rng);
+  for (int64_t r = 128; r < rows; ++r)  // one all-zero block: scale 1, codes 0
+    for (int64_t c = 256; c < cols; ++c) w[size_t(r * cols + c)] = 0.0f;
+  std::vector<uint8_t> codes(w.size());
+  std::vector<float> scales(2 * 3);
+  quantize_fp8_blocks(w.data(), rows, cols, br, bc, codes.data(), scales.data());
+  EXPECT_EQ(scales[1 * 3 + 2], 1.0f);
+  TensorView v;
+  v.data = codes.data();
+  v.dtype = DType::kF8E4M3;
+  v.shape = Shape{rows, cols};
+  v.scale = BlockScales{scales.data(), 3, br, bc, 0};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float x = w[size_t(r * cols + c)], s = v.scale.at(r, c), got = load_f32(v, r * cols + c);
+      ASSERT_FALSE(fp8_e4m3_is_nan(codes[size_t(r * cols + c)]));
+      // Half the spacing: 2^-4 relative for normals (3 mantissa bits), 2^-10 · scale for subnormals;
+      // plus the f32 roundings of x / scale and of the product.
+      ASSERT_LE(std::fabs(got - x), std::max(std::fabs(x) * 0x1p-4f, s * 0x1p-10f) * 1.0001f + 1e-12f) << r << "," << c;
+    }
+  // Each block's largest magnitude lands on ±448 (the scale is chosen for it).
+  float amax = 0;
+  int64_t at = 0;
+  for (int64_t r = 0; r < 128; ++r)
+    for (int64_t c = 0; c < 128; ++c)
+      if (std::fabs(w[size_t(r * cols + c)]) > amax) amax = std::fabs(w[size_t(r * cols + c)]), at = r * cols + c;
+  EXPECT_EQ(codes[size_t(at)] & 0x7f, 0x7e);
+  EXPECT_FLOAT_EQ(scales[0], amax / 448.0f);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -4,9 +4,16 @@
 // on every SIMD path, batch the same way as the float fixtures, and pass `tandem verify`.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+
 #include "backends/cpu/kernels.h"
 #include "engine/generate.h"
 #include "engine/verify.h"
+#include "io/safetensors.h"
 #include "models/model.h"
 #include "placement/fingerprint.h"
 #include "placement/memory_model.h"
@@ -128,6 +135,66 @@ TEST(OracleFp8Cli, InfoReportsBytesByDtype) {
   EXPECT_NE(r.out.find("bytes by dtype   BF16 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(", F8_E4M3 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("FP8 e4m3 weights with 128x128 block scales"), std::string::npos) << r.out;
+}
+
+// A copy of an FP8 fixture with `edit` applied to each tensor's bytes (name, bytes) and `config` as its
+// config.json: bad FP8 input must end every command at load with exit code 2 and a message.
+void write_edited_copy(const std::string& from, const std::string& to, const nlohmann::json& config,
+                       const std::function<void(const std::string&, uint8_t*, size_t)>& edit) {
+  std::filesystem::create_directories(to);
+  TensorStore store = TensorStore::open_dir(from);
+  std::vector<TensorSpec> specs;
+  for (const std::string& name : store.names()) {
+    const TensorView v = *store.find(name);
+    specs.push_back({name, v.dtype, v.shape, [v, name, &edit](uint8_t* dst, size_t n) {
+                       std::memcpy(dst, v.data, n);
+                       edit(name, dst, n);
+                     }});
+  }
+  write_safetensors(to + "/model.safetensors", specs);
+  test::write_file(to + "/config.json", config.dump(2));
+}
+
+TEST(OracleFp8Cli, BadFp8InputIsAClearErrorAtLoad) {
+  const std::string dir = test::oracle_dir("qwen3moe_fp8");
+  const nlohmann::json config = nlohmann::json::parse(test::read_file(dir + "/config.json"));
+  test::TempDir tmp;
+  auto run = [&](const std::string& model) {
+    return test::run_tandem({"generate", "--model", model, "--prompt-ids", "1,2,3", "--max-tokens", "2"});
+  };
+  const std::string scale = "model.layers.1.mlp.experts.5.up_proj.weight_scale_inv";
+  write_edited_copy(dir, tmp.file("nan_scale"), config, [&](const std::string& name, uint8_t* p, size_t) {
+    if (name == scale) {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(p + 4, &nan, 4);
+    }
+  });
+  auto r = run(tmp.file("nan_scale"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(scale + "' in"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("scale [0, 1] is nan"), std::string::npos) << r.err;
+
+  const std::string weight = "model.layers.0.self_attn.o_proj.weight";
+  write_edited_copy(dir, tmp.file("nan_code"), config, [&](const std::string& name, uint8_t* p, size_t) {
+    if (name == weight) p[3 * 256 + 9] = 0x7f;
+  });
+  r = run(tmp.file("nan_code"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("NaN code 0x7f at row 3, column 9"), std::string::npos) << r.err;
+
+  nlohmann::json other = config;
+  other["quantization_config"]["quant_method"] = "compressed-tensors";
+  write_edited_copy(dir, tmp.file("method"), other, [](const std::string&, uint8_t*, size_t) {});
+  r = run(tmp.file("method"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("'compressed-tensors' is not supported"), std::string::npos) << r.err;
+
+  nlohmann::json none = config;
+  none.erase("quantization_config");
+  write_edited_copy(dir, tmp.file("no_quant"), none, [](const std::string&, uint8_t*, size_t) {});
+  r = run(tmp.file("no_quant"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("has no FP8 quantization_config"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -42,6 +42,15 @@ void add_model_options(CLI::App& app, ModelOptions& o) {
                  "blocking-sync event: woken a little later, and the core is free meanwhile, e.g. for a CPU peer "
                  "on this host) or auto (default: sleep on lanes peer and split, spin on local and host)")
       ->check(CLI::IsMember({"auto", "spin", "sleep"}));
+  add_weights_option(app, o.weights);
+}
+
+void add_weights_option(CLI::App& app, std::string& weights) {
+  app.add_option("--weights", weights,
+                 "checkpoint (default: as stored) or fp8: routed experts stored in bf16/f16/f32 are quantized as "
+                 "they load to FP8 e4m3 with 128x128 block scales (half the bytes of bf16; the model fingerprint "
+                 "says so, so the peer, the primary and the rowmap must all use it)")
+      ->check(CLI::IsMember({"checkpoint", "fp8"}));
 }
 
 namespace {
@@ -101,7 +110,9 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   set_global_threads(o.threads);
   Runtime rt;
   rt.lane = o.lane;
-  rt.model = Model::load(o.model_dir);
+  ModelConfig cfg = load_config(o.model_dir);
+  apply_weights_option(cfg, o.weights);
+  rt.model = Model::bind(std::move(cfg), TensorStore::open_dir(o.model_dir), o.model_dir);
   EngineOptions eo;
   eo.max_seqs = max_seqs;
   eo.max_ctx = o.max_ctx;

@@ -30,6 +30,7 @@ struct ModelOptions {
   uint64_t peer_spin_limit_us = 50;
   int64_t peer_check = 0;
   std::string host_wait = "auto";  // --host-wait (cuda): auto, spin or sleep
+  std::string weights = "checkpoint";  // --weights checkpoint|fp8 (apply_weights_option)
 };
 
 // --device: nullopt for "cpu", the GPU index for "cuda" / "cuda:N". InputError (naming the value) for
@@ -55,6 +56,8 @@ inline bool host_wait_sleeps(const std::string& host_wait, const std::string& la
 // --model (required), --threads, --ctx, --device, --lane, --peer, --split-share, --split-peer, --rowmap,
 // --peer-spin-limit, --peer-check, --host-wait.
 void add_model_options(CLI::App& app, ModelOptions& o);
+// --weights checkpoint|fp8 (apply_weights_option), for commands that load a model without the options above.
+void add_weights_option(CLI::App& app, std::string& weights);
 
 // A model with its engine on the chosen device and lane.
 struct Runtime {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "io/config.h"
 #include "io/safetensors.h"
@@ -22,7 +23,7 @@ namespace tandem::cli {
 namespace {
 
 struct PlanArgs {
-  std::string model, stats, out, check, evaluate;
+  std::string model, stats, out, check, evaluate, weights = "checkpoint";
   std::string policy = "uniform";
   int64_t hot_per_layer = 0, cold_per_layer = 0, kv_tokens = 0;
   std::string primary_memory, reserve = "1GiB", kv_dtype = "bf16", weight_dtype;
@@ -35,8 +36,9 @@ struct LoadedModel {
   std::string fingerprint;
 };
 
-LoadedModel load_model(const std::string& dir) {
+LoadedModel load_model(const std::string& dir, const std::string& weights) {
   ModelConfig cfg = load_config(dir);
+  apply_weights_option(cfg, weights);
   TensorStore store = TensorStore::open_dir(dir);
   std::string fp = model_fingerprint(cfg, store);
   return {std::move(cfg), std::move(store), std::move(fp)};
@@ -65,7 +67,7 @@ void print_table(const PlanResult& r, bool with_memory) {
 
 int run_check(const PlanArgs& a) {
   if (a.model.empty()) fail("--check needs --model DIR");
-  LoadedModel m = load_model(a.model);
+  LoadedModel m = load_model(a.model, a.weights);
   Rowmap rm = Rowmap::load(a.check);
   validate(rm, m.cfg, m.fingerprint, a.check);
   fmt::print("{}: ok for model {} ({} MoE layers, {} hot / {} cold experts), rowmap fingerprint {}\n", a.check,
@@ -78,7 +80,7 @@ int run_evaluate(const PlanArgs& a) {
   Rowmap rm = Rowmap::load(a.evaluate);
   ExpertStats stats = ExpertStats::load(a.stats);
   if (!a.model.empty()) {
-    LoadedModel m = load_model(a.model);
+    LoadedModel m = load_model(a.model, a.weights);
     validate(rm, m.cfg, m.fingerprint, a.evaluate);
     validate_stats(stats, m.cfg, m.fingerprint, a.stats);
   }
@@ -125,7 +127,7 @@ int run_plan(const PlanArgs& a) {
     fail("--primary-memory without --kv-tokens only prints the trade-off table; add --kv-tokens N to write {}", a.out);
   if (!table_only && a.out.empty()) fail("plan needs --out FILE for the rowmap");
 
-  LoadedModel m = load_model(a.model);
+  LoadedModel m = load_model(a.model, a.weights);
   ExpertStats stats = ExpertStats::load(a.stats);
   validate_stats(stats, m.cfg, m.fingerprint, a.stats);
   ModelBytes bytes = a.weight_dtype.empty() ? model_bytes(m.cfg, m.store)
@@ -163,6 +165,7 @@ int run_plan(const PlanArgs& a) {
 RunFn plan_setup(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   app.add_option("--model", a->model, "model folder (config.json + safetensors)");
+  add_weights_option(app, a->weights);
   app.add_option("--stats", a->stats, "traffic stats from `tandem profile` (tandem.stats/1)");
   app.add_option("--out", a->out, "rowmap to write (tandem.rowmap/1)");
   a->hot_opt = app.add_option("--hot-per-layer", a->hot_per_layer, "budget: hot experts per MoE layer");

@@ -209,6 +209,13 @@ int64_t ModelConfig::kv_floats_per_token_layer() const {
   return mla ? kv_lora_rank + qk_rope_head_dim : 2 * n_head_kv * head_dim;
 }
 
+void apply_weights_option(ModelConfig& cfg, const std::string& weights) {
+  if (weights == "checkpoint") return;
+  if (weights != "fp8") fail("--weights must be checkpoint or fp8, got '{}'", weights);
+  cfg.quant.at_load = true;
+  if (!cfg.quant.fp8) cfg.quant.block_rows = cfg.quant.block_cols = 128;
+}
+
 ModelConfig parse_config(const json& j, std::string_view source) {
   if (!j.is_object()) fail("{}: config must be a JSON object", source);
   Fields f(j, source);

@@ -46,7 +46,11 @@ struct RopeConfig {
 struct QuantConfig {
   bool fp8 = false;
   int64_t block_rows = 0, block_cols = 0;
+  // --weights fp8: routed experts stored in a float dtype are quantized to this format as they load
+  // (block_rows x block_cols: the checkpoint's own, else 128 x 128). Part of the model's fingerprint.
+  bool at_load = false;
 };
+
 
 struct ModelConfig {
   Arch arch = Arch::kQwen3Moe;
@@ -106,5 +110,8 @@ struct ModelConfig {
 ModelConfig parse_config(const nlohmann::json& j, std::string_view source);
 // Reads DIR/config.json (or a path to a .json file).
 ModelConfig load_config(const std::string& path);
+// Applies a --weights value to a loaded config: "checkpoint" (as stored) or "fp8" (QuantConfig::at_load).
+// InputError naming the flag otherwise.
+void apply_weights_option(ModelConfig& cfg, const std::string& weights);
 
 }  // namespace tandem

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "core/thread_pool.h"
 #include "io/fp8_weights.h"
 
 namespace tandem {
@@ -27,7 +28,37 @@ std::unique_ptr<Model> Model::bind(ModelConfig cfg, TensorStore store, const std
     case Arch::kOlmoe: bind_olmoe(*m, filter); break;
     case Arch::kDeepseekV3: bind_deepseek_v3(*m, filter); break;
   }
+  if (m->cfg.quant.at_load) quantize_experts_at_load(*m);
   return m;
+}
+
+void quantize_experts_at_load(Model& m) {
+  const QuantConfig& q = m.cfg.quant;
+  std::vector<TensorView*> todo;
+  for (auto& L : m.layers)
+    for (auto& e : L.experts)
+      for (TensorView* v : {&e.gate, &e.up, &e.down})
+        if (!v->empty() && dtype_is_float_weight(v->dtype)) todo.push_back(v);
+  // One buffer per weight: codes, then the scale grid (4-byte aligned after the codes).
+  std::vector<std::unique_ptr<uint8_t[]>> bufs(todo.size());
+  global_pool().parallel_for(int64_t(todo.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      TensorView& v = *todo[size_t(i)];
+      const int64_t rows = v.rows(), cols = v.cols();
+      const int64_t grid_cols = (cols + q.block_cols - 1) / q.block_cols;
+      const size_t codes = (size_t(rows * cols) + 63) / 64 * 64;
+      const size_t scales = size_t((rows + q.block_rows - 1) / q.block_rows * grid_cols);
+      bufs[size_t(i)].reset(new uint8_t[codes + scales * sizeof(float)]);
+      uint8_t* p = bufs[size_t(i)].get();
+      const std::vector<float> w = to_f32(v);
+      float* s = reinterpret_cast<float*>(p + codes);
+      quantize_fp8_blocks(w.data(), rows, cols, q.block_rows, q.block_cols, p, s);
+      v.data = p;
+      v.dtype = DType::kF8E4M3;
+      v.scale = BlockScales{s, grid_cols, q.block_rows, q.block_cols, 0};
+    }
+  });
+  for (auto& b : bufs) m.owned.push_back(std::move(b));
 }
 
 void bind_common(Model& m) {

@@ -1,7 +1,8 @@
 // The CPU peer lane on FP8 checkpoints, with the real binaries: the peer holds its cold experts in FP8
 // with their block scales (bytes = weights + scale grids) and computes them with the same kernels as
 // the local lane, so `verify --lane peer` passes the FP8 fixtures and greedy tokens equal the local
-// lane's. The split lane, which slices experts, refuses FP8 with a clear error instead.
+// lane's. The split lane, which slices experts, refuses FP8 with a clear error instead. --weights fp8
+// (quantize at load) needs the peer, the primary and the rowmap to agree, and then gives local tokens.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -10,7 +11,11 @@
 #include "../lane_tools/peer_child.h"
 #include "../lane_tools/process.h"
 #include "../lane_tools/rowmap_util.h"
+#include "io/config.h"
+#include "io/safetensors.h"
 #include "models/model.h"
+#include "placement/fingerprint.h"
+#include "placement/rowmap.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -80,6 +85,57 @@ TEST_P(PeerLaneFp8, SplitLaneRefusesFp8Experts) {
   EXPECT_EQ(peer.child.exit_code, 2);
   EXPECT_NE(test::read_file(peer.log).find("split lane does not support FP8"), std::string::npos)
       << test::read_file(peer.log);
+}
+
+// --weights fp8 on a float checkpoint: the routed experts are quantized as they load, the model
+// fingerprint says so, so a rowmap planned without it is refused; with it on both sides the peer lane
+// gives the local lane's greedy tokens.
+TEST(WeightsFp8AtLoad, PeerAndPrimaryMustAgreeAndThenGiveLocalTokens) {
+  test::TempDir tmp;
+  const std::string dir = test::oracle_dir("deepseekv3_f32");
+  const std::string plain = tmp.file("plain.rowmap.json"), fp8 = tmp.file("fp8.rowmap.json");
+  auto cold = [](int64_t, int64_t e) { return e % 3 == 0; };
+  test::write_rowmap(dir, plain, cold);
+  Rowmap rm = test::make_rowmap(dir, cold);
+  ModelConfig cfg = load_config(dir);
+  apply_weights_option(cfg, "fp8");
+  rm.fingerprint = model_fingerprint(cfg, TensorStore::open_dir(dir));
+  rm.finalize();
+  rm.save(fp8);
+  // plan --check: the plain rowmap is for the float model, not for its FP8-at-load twin.
+  auto ok = test::run_tandem({"plan", "--model", dir, "--check", fp8, "--weights", "fp8"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  auto mismatch = test::run_tandem({"plan", "--model", dir, "--check", plain, "--weights", "fp8"});
+  EXPECT_EQ(mismatch.exit_code, 2) << mismatch.out << mismatch.err;
+  {
+    Peer peer(dir, plain, unique_lane("mismatch"), tmp, {"--weights", "fp8"});
+    ASSERT_TRUE(test::wait_exit(peer.child, 30));
+    EXPECT_EQ(peer.child.exit_code, 2);
+    EXPECT_NE(test::read_file(peer.log).find("rowmap was planned for model"), std::string::npos)
+        << test::read_file(peer.log);
+  }
+  const std::string ids = "5,17,99,3,250,7,8,42,300,301,7";
+  auto local = test::run_tandem({"generate", "--model", dir, "--prompt-ids", ids, "--max-tokens", "12", "--json",
+                                 "--ignore-eos", "--threads", "1", "--weights", "fp8"});
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const std::string lane = unique_lane("atload");
+  Peer peer(dir, fp8, lane, tmp, {"--weights", "fp8"});
+  ASSERT_TRUE(peer.wait_serving()) << test::read_file(peer.log);
+  auto remote = test::run_tandem({"generate", "--model", dir, "--prompt-ids", ids, "--max-tokens", "12", "--json",
+                                  "--ignore-eos", "--lane", "peer", "--peer", lane, "--rowmap", fp8, "--threads", "1",
+                                  "--weights", "fp8"});
+  ASSERT_EQ(remote.exit_code, 0) << remote.err;
+  EXPECT_EQ(tokens_of(local.out).size(), 12u);
+  EXPECT_EQ(tokens_of(local.out), tokens_of(remote.out));
+  // The peer holds the cold experts at FP8 size: 1 byte a weight plus one F32 scale per 128x128 block
+  // (the f32 fixture's experts are 32x64 / 64x32: one block each).
+  auto model = Model::load(dir);
+  const int64_t inter = model->cfg.moe_intermediate_size, hidden = model->cfg.hidden_size;
+  std::smatch m;
+  const std::string log = test::read_file(peer.log);
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"((\d+) cold experts in \d+ layers, [0-9.]+ GB held \((\d+)\))")))
+      << log;
+  EXPECT_EQ(std::stoll(m[2]), std::stoll(m[1]) * (3 * inter * hidden + 3 * 4));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PeerLaneFp8, ::testing::Values("deepseekv3_fp8", "qwen3moe_fp8"));

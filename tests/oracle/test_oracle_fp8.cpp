@@ -4,6 +4,7 @@
 // on every SIMD path, batch the same way as the float fixtures, and pass `tandem verify`.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -13,6 +14,7 @@
 #include "backends/cpu/kernels.h"
 #include "engine/generate.h"
 #include "engine/verify.h"
+#include "io/config.h"
 #include "io/safetensors.h"
 #include "models/model.h"
 #include "placement/fingerprint.h"
@@ -135,6 +137,46 @@ TEST(OracleFp8Cli, InfoReportsBytesByDtype) {
   EXPECT_NE(r.out.find("bytes by dtype   BF16 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(", F8_E4M3 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("FP8 e4m3 weights with 128x128 block scales"), std::string::npos) << r.out;
+}
+
+// --weights fp8 on a float checkpoint: only the routed experts become FP8 (within half an e4m3 spacing
+// of the stored weights), the fingerprint and the memory model see them at FP8 size.
+TEST(OracleFp8, WeightsFp8AtLoadQuantizesTheRoutedExperts) {
+  const std::string dir = test::oracle_dir("qwen3moe_f32");
+  auto plain = Model::load(dir);
+  ModelConfig cfg = load_config(dir);
+  apply_weights_option(cfg, "fp8");
+  auto q = Model::bind(cfg, TensorStore::open_dir(dir), dir);
+  EXPECT_FALSE(q->owned.empty());
+  uint64_t routed = 0;
+  for (size_t l = 0; l < q->layers.size(); ++l) {
+    EXPECT_EQ(q->layers[l].attn.q.dtype, DType::kF32);
+    EXPECT_EQ(q->layers[l].router.dtype, DType::kF32);
+    for (size_t e = 0; e < q->layers[l].experts.size(); ++e) {
+      const ExpertWeights& eq = q->layers[l].experts[e];
+      const ExpertWeights& ep = plain->layers[l].experts[e];
+      routed += eq.nbytes();
+      for (auto [wq, wp] : {std::pair{&eq.gate, &ep.gate}, std::pair{&eq.up, &ep.up}, std::pair{&eq.down, &ep.down}}) {
+        ASSERT_EQ(wq->dtype, DType::kF8E4M3);
+        for (int64_t i = 0; i < wq->numel(); ++i) {
+          const float x = load_f32(*wp, i), got = load_f32(*wq, i);
+          const float s = wq->scale.at(i / wq->cols(), i % wq->cols());
+          ASSERT_LE(std::fabs(got - x), std::max(std::fabs(x) * 0x1p-4f, s * 0x1p-10f) * 1.0001f + 1e-12f);
+        }
+      }
+    }
+  }
+  EXPECT_NE(model_fingerprint(q->cfg, q->store), model_fingerprint(plain->cfg, plain->store));
+  const ModelBytes mb = model_bytes(q->cfg, q->store);
+  EXPECT_EQ(mb.routed_experts, routed);
+  EXPECT_EQ(mb.expert_bytes, q->layers[0].experts[0].nbytes());
+  EXPECT_EQ(mb.primary_fixed(), model_bytes(plain->cfg, plain->store).primary_fixed());
+  try {
+    apply_weights_option(cfg, "int4");
+    FAIL() << "int4 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--weights must be checkpoint or fp8"), std::string::npos);
+  }
 }
 
 // A copy of an FP8 fixture with `edit` applied to each tensor's bytes (name, bytes) and `config` as its

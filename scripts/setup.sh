@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tandem needs to build and test on Debian 12 (run as root or with sudo).
+# Installs what tandem needs to build and test on Debian 12 (run as root or with sudo), and says what.
 # Idempotent: does nothing when every package is already there.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
@@ -10,10 +10,12 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
+  echo "setup: ${#missing[@]} of ${#packages[@]} packages to install: ${missing[*]}"
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: apt-get update"
+  $SUDO apt-get update -q
+  echo "setup: apt-get install (with their dependencies; a minute or a few on a fresh machine)"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-echo "setup: dependencies present"
+echo "setup: all ${#packages[@]} packages present (${packages[*]})"

@@ -16,33 +16,46 @@
 
 namespace tandem::cli {
 
-void add_model_options(CLI::App& app, ModelOptions& o) {
+void add_model_options(CLI::App& app, ModelOptions& o, ModelOptionSet set) {
   app.add_option("--model", o.model_dir, "Model folder (config.json + safetensors)")->required();
   app.add_option("--threads", o.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
   app.add_option("--ctx", o.max_ctx, "Context limit per sequence (default: the model's max_position_embeddings)");
-  app.add_option("--device", o.device, "cpu (default), or cuda / cuda:N when built with the CUDA backend");
+#ifdef TANDEM_HAVE_CUDA
+  app.add_option("--device", o.device, "cpu (default), cuda or cuda:N");
+#else
+  app.add_option("--device", o.device, "cpu (this build has no CUDA backend: -DTANDEM_CUDA=ON adds cuda, cuda:N)");
+#endif
+  add_weights_option(app, o.weights);
+  if (set == ModelOptionSet::kDevice) return;
+  const std::string lane_group = "Lane (cold experts elsewhere; see docs/lanes.md)";
+  const std::string cuda_group = "CUDA primary (--device cuda)";
   app.add_option("--lane", o.lane,
                  "Where the rowmap's cold experts run: local (every expert on the device, default), peer (a sidecar "
                  "process started with `tandem peer`), host (cuda: cold experts in pinned host memory, read "
                  "over PCIe by the GPU), split (cuda: the --split-share of each cold expert's features read over "
-                 "PCIe, the rest computed by a `tandem peer --split-share F|auto`)");
-  app.add_option("--peer", o.peer, "Lane name of the peer (lanes peer and split)");
+                 "PCIe, the rest computed by a `tandem peer --split-share F|auto`)")
+      ->group(lane_group);
+  app.add_option("--peer", o.peer, "Lane name of the peer (lanes peer and split)")->group(lane_group);
+  app.add_option("--rowmap", o.rowmap, "Rowmap of the cold experts (lanes peer, host and split)")->group(lane_group);
+  app.add_option("--peer-spin-limit", o.peer_spin_limit_us,
+                 "Microseconds to spin on the peer's answer before blocking (no deadline; counted as an overrun)")
+      ->group(lane_group);
+  app.add_option("--peer-check", o.peer_check,
+                 "Check gate: recompute every Nth handoff per layer here and record the cosine (0 = off)")
+      ->group(lane_group);
   app.add_option("--split-share", o.split,
                  "Lane split: share of each cold expert's intermediate features the GPU reads over PCIe, or auto "
                  "(default): the cut the lane's `tandem peer --split-share F|auto` chose. A share given here must "
-                 "be the peer's");
-  app.add_option("--split-peer", o.split_peer, "Lane split: lane name of its peer when it differs from --peer");
-  app.add_option("--rowmap", o.rowmap, "Rowmap of the cold experts (lanes peer, host and split)");
-  app.add_option("--peer-spin-limit", o.peer_spin_limit_us,
-                 "Microseconds to spin on the peer's answer before blocking (no deadline; counted as an overrun)");
-  app.add_option("--peer-check", o.peer_check,
-                 "Check gate: recompute every Nth handoff per layer here and record the cosine (0 = off)");
+                 "be the peer's")
+      ->group(cuda_group);
+  app.add_option("--split-peer", o.split_peer, "Lane split: lane name of its peer when it differs from --peer")
+      ->group(cuda_group);
   app.add_option("--host-wait", o.host_wait,
                  "cuda: how the host thread waits for each step: spin (lowest latency, holds a core), sleep (on a "
                  "blocking-sync event: woken a little later, and the core is free meanwhile, e.g. for a CPU peer "
                  "on this host) or auto (default: sleep on lanes peer and split, spin on local and host)")
-      ->check(CLI::IsMember({"auto", "spin", "sleep"}));
-  add_weights_option(app, o.weights);
+      ->check(CLI::IsMember({"auto", "spin", "sleep"}))
+      ->group(cuda_group);
 }
 
 void add_weights_option(CLI::App& app, std::string& weights) {

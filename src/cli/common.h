@@ -53,9 +53,14 @@ inline bool host_wait_sleeps(const std::string& host_wait, const std::string& la
   return host_wait == "sleep";
 }
 
-// --model (required), --threads, --ctx, --device, --lane, --peer, --split-share, --split-peer, --rowmap,
-// --peer-spin-limit, --peer-check, --host-wait.
-void add_model_options(CLI::App& app, ModelOptions& o);
+// Which of the options a command offers: kDevice for a command that runs the model on its own (profile:
+// no lane, nothing to wait for), kLanes for one that may run it through a lane.
+enum class ModelOptionSet { kDevice, kLanes };
+
+// kDevice: --model (required), --threads, --ctx, --device, --weights. kLanes adds, in help groups of
+// their own, --lane, --peer, --rowmap, --peer-spin-limit, --peer-check (group "Lane") and
+// --split-share, --split-peer, --host-wait (group "CUDA primary").
+void add_model_options(CLI::App& app, ModelOptions& o, ModelOptionSet set = ModelOptionSet::kLanes);
 // --weights checkpoint|fp8 (apply_weights_option), for commands that load a model without the options above.
 void add_weights_option(CLI::App& app, std::string& weights);
 

@@ -32,6 +32,22 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+// Special tokens are hidden from the text unless --show-special; a model that emits mostly those (a
+// random one does) would otherwise print nothing and leave the user guessing. Says how many on stderr.
+void note_hidden_special(const std::optional<Tokenizer>& tok, const std::vector<GenerateResult>& results,
+                         bool show_special) {
+  if (!tok || show_special) return;
+  size_t special = 0, total = 0;
+  for (const auto& r : results)
+    for (int32_t t : r.tokens) {
+      ++total;
+      special += tok->is_special(t);
+    }
+  if (special > 0)
+    fmt::print(stderr, "generate: {} of {} generated tokens are special tokens, hidden from the text; "
+               "--show-special prints them\n", special, total);
+}
+
 RunFn setup(CLI::App& app) {
   struct Opts {
     ModelOptions model;
@@ -118,6 +134,7 @@ RunFn setup(CLI::App& app) {
       j["decode_seconds"] = st.decode_seconds;
       j["decode_tokens_per_second"] = tps;
       fmt::print("{}\n", j.dump());
+      note_hidden_special(tok, results, o->show_special);
       if (std::string lane = rt.lane_summary(); !lane.empty()) fmt::print(stderr, "{}\n", lane);
       return 0;
     }
@@ -137,6 +154,7 @@ RunFn setup(CLI::App& app) {
     }
     fmt::print(stderr, "generate: {} prompt tokens, {} generated; prefill {:.3f} s, decode {:.2f} tokens/s\n",
                st.prompt_tokens, st.generated_tokens, st.prefill_seconds, tps);
+    note_hidden_special(tok, results, o->show_special);
     if (std::string lane = rt.lane_summary(); !lane.empty()) fmt::print(stderr, "{}\n", lane);
     return 0;
   };

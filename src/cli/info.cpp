@@ -57,7 +57,8 @@ RunFn setup(CLI::App& app) {
     for (const auto& name : m->store.names())  // FP8 block scales are not parameters
       if (!(c.quant.fp8 && name.ends_with(kFp8ScaleSuffix))) params += size_t(m->store.find(name)->numel());
     fmt::print("model            {}\n", *dir);
-    fmt::print("fingerprint      {}\n", model_fingerprint(c, m->store));
+    fmt::print("model fingerprint {} (config + tensor names, dtypes and shapes; stats files and rowmaps carry it)\n",
+               model_fingerprint(c, m->store));
     fmt::print("architecture     {} ({} layers, {} MoE; hidden {}, vocab {})\n", c.model_type, c.n_layer,
                c.n_moe_layers(), c.hidden_size, c.vocab_size);
     if (c.mla)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <string>
+#include <string_view>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -15,11 +17,27 @@ std::vector<CommandSpec>& command_registry() {
 }
 }  // namespace tandem::cli
 
+namespace {
+// "tandem 0.1.0 (git 215db1a)": the CMake project version and `git describe` at configure time.
+std::string version_string() {
+#ifndef TANDEM_VERSION
+#define TANDEM_VERSION "unknown"
+#endif
+#ifndef TANDEM_GIT_DESCRIBE
+#define TANDEM_GIT_DESCRIBE ""
+#endif
+  std::string v = std::string("tandem ") + TANDEM_VERSION;
+  if (std::string_view(TANDEM_GIT_DESCRIBE).size() > 0) v += std::string(" (git ") + TANDEM_GIT_DESCRIBE + ")";
+  return v;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace tandem;
   CLI::App app{"tandem: mixture-of-experts inference split between a primary device and a sidecar peer"};
   app.require_subcommand(1);
-  app.fallthrough();  // --log-level may also follow the subcommand
+  app.fallthrough();
+  app.set_version_flag("--version", version_string(), "Print the version (and the git commit it was built from)");  // --log-level may also follow the subcommand
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error (default: $TANDEM_LOG or info)");
   auto& registry = cli::command_registry();

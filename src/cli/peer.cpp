@@ -20,6 +20,7 @@
 #include "peer/cold_experts.h"
 #include "peer/server.h"
 #include "placement/fingerprint.h"
+#include "placement/memory_model.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/gpu_cold_experts.h"
@@ -189,10 +190,10 @@ RunFn setup(CLI::App& app) {
     const int64_t split_begin = choose_split(*o, gpu.has_value(), cfg.moe_intermediate_size);
     Held cold = load_cold(*model, rm, gpu, o->max_rows, split_begin);
     model.reset();  // nothing but the copied cold experts stays referenced
-    spdlog::info("peer: {} cold experts in {} layers{}, {:.3f} GB held ({}), {}", cold.n_cold, cfg.n_moe_layers(),
+    spdlog::info("peer: {} cold experts in {} layers{}, {} held ({} bytes), {}", cold.n_cold, cfg.n_moe_layers(),
                  split_begin ? fmt::format(" (features {}..{} of each: split lane)", split_begin, cfg.moe_intermediate_size)
                              : std::string(),
-                 double(cold.bytes) / 1e9, cold.bytes, cold.where);
+                 format_bytes(cold.bytes), cold.bytes, cold.where);
     peer::Geometry g;
     g.n_slots = o->slots;
     g.max_rows = o->max_rows;
@@ -212,7 +213,7 @@ RunFn setup(CLI::App& app) {
     std::optional<cuda::PinnedRange> pinned;
     if (gpu) pinned.emplace(&server->segment().header(), size_t(peer::segment_bytes(server->segment().geometry())));
 #endif
-    spdlog::info("peer: lane {} serving (fingerprint {}, rowmap {})", o->lane, rm.rowmap_fingerprint, o->rowmap);
+    spdlog::info("peer: lane {} serving (rowmap {}, rowmap fingerprint {})", o->lane, o->rowmap, rm.rowmap_fingerprint);
     peer::ServeEnd end = server->serve();
     spdlog::info("peer: lane {} ended: {} after {} requests", o->lane, peer::to_string(end), server->served());
     switch (end) {

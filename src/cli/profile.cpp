@@ -387,6 +387,8 @@ int run(const Opts& o) {
   fmt::print("{:<16} {:>6} {:>10}\n", "kind", "docs", "tokens");
   for (size_t k = 0; k < sel.kinds.size(); ++k) fmt::print("{:<16} {:>6} {:>10}\n", sel.kinds[k], sel.docs[k], counted[k]);
   fmt::print("wrote {} ({} mode, {} tokens, model {})\n", o.out, o.mode, stats.total_tokens(), fp);
+  fmt::print(stderr, "next: tandem plan --model {} --stats {} --primary-memory SIZE (the trade-off table), then "
+             "--cold-per-layer N or --kv-tokens N with --out rowmap.json\n", o.model.model_dir, o.out);
   fmt::print(stderr, "profile: {} tokens in {:.1f} s ({:.0f} tokens/s)\n", stats.total_tokens(), progress.seconds(),
              progress.rate());
   return 0;
@@ -394,8 +396,9 @@ int run(const Opts& o) {
 
 RunFn setup(CLI::App& app) {
   auto o = std::make_shared<Opts>();
-  add_model_options(app, o->model);
-  app.add_option("--corpus", o->corpus, "JSON lines {\"kind\", \"name\", \"text\"}")->required();
+  add_model_options(app, o->model, ModelOptionSet::kDevice);
+  app.add_option("--corpus", o->corpus, "JSON lines {\"kind\", \"name\", \"text\"} (`tandem corpus` makes one from text files)")
+      ->required();
   app.add_option("--out", o->out, "Stats file to write (tandem.stats/1)")->required();
   app.add_option("--mode", o->mode,
                  "teacher: every text position is one decode step (default); generate: excerpts are prompts, "

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "cli/command.h"
+#include "placement/memory_model.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "models/synth.h"
@@ -61,7 +62,9 @@ RunFn setup(CLI::App& app) {
     so.tokenizer_path = o->tokenizer;
     so.progress = true;
     uint64_t bytes = write_synthetic_model(cfg, o->out, so);
-    fmt::print("synth: wrote {} ({:.3f} GB of weights)\n", o->out, double(bytes) / 1e9);
+    fmt::print("synth: wrote {} ({} of random weights: its text is gibberish by design)\n", o->out,
+               format_bytes(bytes));
+    fmt::print(stderr, "next: tandem info --model {}\n", o->out);
     return 0;
   };
 }

@@ -82,7 +82,7 @@ ServeEnd PeerServer::serve() {
   Header& h = segment_->header();
   uint32_t starting = uint32_t(LaneState::kStarting);
   h.state.compare_exchange_strong(starting, uint32_t(LaneState::kServing), std::memory_order_acq_rel);
-  spdlog::info("lane {}: serving (pid {}, fingerprint {:016x}, {} slots x {} rows x {} hidden, k {})",
+  spdlog::info("lane {}: serving (pid {}, lane fingerprint {:016x}, {} slots x {} rows x {} hidden, k {})",
                segment_->lane(), getpid(), segment_->fingerprint(), segment_->geometry().n_slots,
                segment_->geometry().max_rows, segment_->geometry().hidden, segment_->geometry().max_k);
   const uint32_t n_slots = segment_->geometry().n_slots;

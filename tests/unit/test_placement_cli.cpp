@@ -86,7 +86,9 @@ TEST(PlacementCli, MemoryBudget) {
               "256KiB", "--kv-tokens", "1000", "--policy", "global", "--out", f.dir.file("g.json")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(Rowmap::load(f.dir.file("g.json")).n_hot(), 41);  // see PlacementMemory.GqaPlanSolvesForKvTokens
-  r = f.plan({"--model", f.model, "--stats", f.dir.file("a.json"), "--primary-memory", "1MiB", "--kv-tokens",
+  // 500 KiB: fixed weights 424064 B + the default reserve (10%: 51200 B) leave 36736 B, less than 1000
+  // KV tokens take (the 1 MiB this case used before fits with a reserve that scales with the budget).
+  r = f.plan({"--model", f.model, "--stats", f.dir.file("a.json"), "--primary-memory", "500KiB", "--kv-tokens",
               "1000", "--out", f.dir.file("x.json")});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("does not hold"), std::string::npos) << r.err;
@@ -105,7 +107,7 @@ TEST(PlacementCli, BadInvocationsAndForeignFiles) {
        "exactly one budget"},
       {{"--model", f.model, "--stats", a, "--out", out, "--hot-per-layer", "2", "--kv-tokens", "5"},
        "--kv-tokens goes with --primary-memory"},
-      {{"--model", f.model, "--stats", a, "--out", out, "--primary-memory", "8GiB"}, "only prints the trade-off"},
+      {{"--model", f.model, "--stats", a, "--out", out, "--primary-memory", "8GiB"}, "--primary-memory needs --kv-tokens"},
       {{"--model", f.model, "--stats", a, "--out", out, "--primary-memory", "8 gigs", "--kv-tokens", "5"},
        "--primary-memory"},
       {{"--model", f.model, "--stats", a, "--out", out, "--hot-per-layer", "2", "--policy", "greedy"}, "greedy"},

@@ -26,6 +26,7 @@ void add_model_options(CLI::App& app, ModelOptions& o, ModelOptionSet set) {
 #else
   app.add_option("--device", o.device, "cpu (this build has no CUDA backend: -DTANDEM_CUDA=ON adds cuda, cuda:N)");
 #endif
+  add_weights_option(app, o.weights);
   if (set == ModelOptionSet::kDevice) return;
   const std::string lane_group = "Lane (cold experts elsewhere; see docs/lanes.md)";
   const std::string cuda_group = "CUDA primary (--device cuda)";
@@ -65,6 +66,14 @@ void add_model_options(CLI::App& app, ModelOptions& o, ModelOptionSet set) {
                  "on this host) or auto (default: sleep on lanes peer and split, spin on local and host)")
       ->check(CLI::IsMember({"auto", "spin", "sleep"}))
       ->group(cuda_group);
+}
+
+void add_weights_option(CLI::App& app, std::string& weights) {
+  app.add_option("--weights", weights,
+                 "checkpoint (default: as stored) or fp8: routed experts stored in bf16/f16/f32 are quantized as "
+                 "they load to FP8 e4m3 with 128x128 block scales (half the bytes of bf16; the model fingerprint "
+                 "says so, so the peer, the primary and the rowmap must all use it)")
+      ->check(CLI::IsMember({"checkpoint", "fp8"}));
 }
 
 namespace {
@@ -127,7 +136,9 @@ Runtime make_runtime(const ModelOptions& o, int64_t max_seqs) {
   set_global_threads(o.threads);
   Runtime rt;
   rt.lane = o.lane;
-  rt.model = Model::load(o.model_dir);
+  ModelConfig cfg = load_config(o.model_dir);
+  apply_weights_option(cfg, o.weights);
+  rt.model = Model::bind(std::move(cfg), TensorStore::open_dir(o.model_dir), o.model_dir);
   const int64_t positions = rt.model->cfg.max_position_embeddings;
   if (o.max_ctx > 0 && positions > 0 && o.max_ctx > positions)
     spdlog::warn("--ctx {} exceeds the model's max_position_embeddings ({}): positions past {} were not trained and "

@@ -32,6 +32,7 @@ struct ModelOptions {
   double check_min = 0.999;   // --check-min: a checked row below it trips the lane (-2: record only)
   double peer_wait_s = 30;    // --peer-wait: how long to wait for the lane's peer to appear and accept
   std::string host_wait = "auto";  // --host-wait (cuda): auto, spin or sleep
+  std::string weights = "checkpoint";  // --weights checkpoint|fp8 (apply_weights_option)
 };
 
 // --device: nullopt for "cpu", the GPU index for "cuda" / "cuda:N". InputError (naming the value) for
@@ -58,10 +59,13 @@ inline bool host_wait_sleeps(const std::string& host_wait, const std::string& la
 // no lane, nothing to wait for), kLanes for one that may run it through a lane.
 enum class ModelOptionSet { kDevice, kLanes };
 
-// kDevice: --model (required), --threads, --ctx, --device. kLanes adds, in help groups of their own,
-// --lane, --peer, --rowmap, --peer-spin-limit, --peer-check, --check-min, --peer-wait (group "Lane") and
+// kDevice: --model (required), --threads, --ctx, --device, --weights. kLanes adds, in help groups of
+// their own, --lane, --peer, --rowmap, --peer-spin-limit, --peer-check, --check-min, --peer-wait (group
+// "Lane") and
 // --split-share, --split-peer, --host-wait (group "CUDA primary").
 void add_model_options(CLI::App& app, ModelOptions& o, ModelOptionSet set = ModelOptionSet::kLanes);
+// --weights checkpoint|fp8 (apply_weights_option), for commands that load a model without the options above.
+void add_weights_option(CLI::App& app, std::string& weights);
 
 // A model with its engine on the chosen device and lane.
 struct Runtime {

@@ -2,7 +2,11 @@
 // placement planner counts as fixed on the primary, and what a token of KV cache costs.
 #include <fmt/format.h>
 
+#include <map>
+#include <string>
+
 #include "cli/command.h"
+#include "io/fp8_weights.h"
 #include "models/model.h"
 #include "placement/fingerprint.h"
 #include "placement/memory_model.h"
@@ -12,7 +16,7 @@ namespace {
 
 size_t bytes_of(std::initializer_list<TensorView> views) {
   size_t n = 0;
-  for (const auto& v : views) n += v.empty() ? 0 : v.nbytes();
+  for (const auto& v : views) n += v.empty() ? 0 : v.nbytes() + v.scale_nbytes();
   return n;
 }
 
@@ -50,7 +54,8 @@ RunFn setup(CLI::App& app) {
     const size_t head = c.tie_word_embeddings && m->lm_head.data == m->embed.data ? 0 : m->lm_head.nbytes();
     norms += m->final_norm.nbytes();
     const size_t total = m->store.total_bytes();
-    for (const auto& name : m->store.names()) params += size_t(m->store.find(name)->numel());
+    for (const auto& name : m->store.names())  // FP8 block scales are not parameters
+      if (!(c.quant.fp8 && name.ends_with(kFp8ScaleSuffix))) params += size_t(m->store.find(name)->numel());
     fmt::print("model            {}\n", *dir);
     fmt::print("model fingerprint {} (config + tensor names, dtypes and shapes; stats files and rowmaps carry it)\n",
                model_fingerprint(c, m->store));
@@ -67,6 +72,19 @@ RunFn setup(CLI::App& app) {
                                                c.shared_intermediate_size())
                                  : std::string());
     fmt::print("parameters       {:.3f} B ({} on disk)\n", double(params) / 1e9, human(double(total)));
+    std::map<std::string, size_t> by_dtype;  // every tensor of the files, FP8 scale grids under F32
+    for (const auto& name : m->store.names()) {
+      const TensorView* v = m->store.find(name);
+      by_dtype[std::string(dtype_name(v->dtype))] += v->nbytes();
+    }
+    std::string dtypes;
+    for (const auto& [name, bytes] : by_dtype)
+      dtypes += fmt::format("{}{} {}", dtypes.empty() ? "" : ", ", name, human(double(bytes)));
+    fmt::print("bytes by dtype   {}\n", dtypes);
+    if (c.quant.fp8)
+      fmt::print("quantization     FP8 e4m3 weights with {}x{} block scales (F32 *_scale_inv; counted with their "
+                 "weights below)\n",
+                 c.quant.block_rows, c.quant.block_cols);
     fmt::print("bytes            embeddings {}, output head {}, attention+routers {}, norms {}\n", human(double(embed)),
                human(double(head)), human(double(attn)), human(double(norms)));
     fmt::print("                 dense MLPs {}, shared experts {}, routed experts {}\n", human(double(dense)),

@@ -83,7 +83,7 @@ Held load_cold(const Model& model, const Rowmap& rm, std::optional<int> gpu, int
 
 // What `tandem peer` was asked (its flags).
 struct Opts {
-  std::string model, rowmap, lane, device = "cpu";
+  std::string model, rowmap, lane, device = "cpu", weights = "checkpoint";
   int threads = 0;
   uint32_t max_rows = 256;
   uint32_t slots = 1;
@@ -137,6 +137,7 @@ int64_t choose_split(const Opts& o, bool on_gpu, int64_t inter) {
 RunFn setup(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   app.add_option("--model", o->model, "Model folder")->required();
+  add_weights_option(app, o->weights);
   app.add_option("--rowmap", o->rowmap, "Rowmap (tandem plan): the cold experts this peer serves")->required();
   app.add_option("--lane", o->lane, "Lane name (shared memory /tandem-NAME)")->required();
   app.add_option("--device", o->device,
@@ -183,6 +184,7 @@ RunFn setup(CLI::App& app) {
     if (gpu && spin->count() == 0) o->spin_us = 1'000'000'000;
     set_global_threads(gpu ? 1 : o->threads, int64_t(o->worker_spin_us));
     ModelConfig cfg = load_config(o->model);
+    apply_weights_option(cfg, o->weights);
     TensorStore store = TensorStore::open_dir(o->model);
     Rowmap rm = Rowmap::load(o->rowmap);
     validate(rm, cfg, model_fingerprint(cfg, store), o->rowmap);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "io/config.h"
 #include "io/safetensors.h"
@@ -23,7 +24,7 @@ namespace tandem::cli {
 namespace {
 
 struct PlanArgs {
-  std::string model, stats, out, check, evaluate;
+  std::string model, stats, out, check, evaluate, weights = "checkpoint";
   std::string policy = "uniform";
   int64_t hot_per_layer = 0, cold_per_layer = 0, kv_tokens = 0;
   std::string primary_memory, reserve, kv_dtype = "bf16", weight_dtype;
@@ -36,8 +37,9 @@ struct LoadedModel {
   std::string fingerprint;
 };
 
-LoadedModel load_model(const std::string& dir) {
+LoadedModel load_model(const std::string& dir, const std::string& weights) {
   ModelConfig cfg = load_config(dir);
+  apply_weights_option(cfg, weights);
   TensorStore store = TensorStore::open_dir(dir);
   std::string fp = model_fingerprint(cfg, store);
   return {std::move(cfg), std::move(store), std::move(fp)};
@@ -80,7 +82,7 @@ uint64_t reserve_bytes(const PlanArgs& a, uint64_t primary) {
 
 int run_check(const PlanArgs& a) {
   if (a.model.empty()) fail("--check needs --model DIR");
-  LoadedModel m = load_model(a.model);
+  LoadedModel m = load_model(a.model, a.weights);
   Rowmap rm = Rowmap::load(a.check);
   validate(rm, m.cfg, m.fingerprint, a.check);
   fmt::print("{}: ok for model {} ({} MoE layers, {} hot / {} cold experts), rowmap fingerprint {}\n", a.check,
@@ -93,7 +95,7 @@ int run_evaluate(const PlanArgs& a) {
   Rowmap rm = Rowmap::load(a.evaluate);
   ExpertStats stats = ExpertStats::load(a.stats);
   if (!a.model.empty()) {
-    LoadedModel m = load_model(a.model);
+    LoadedModel m = load_model(a.model, a.weights);
     validate(rm, m.cfg, m.fingerprint, a.evaluate);
     validate_stats(stats, m.cfg, m.fingerprint, a.stats);
   }
@@ -141,7 +143,7 @@ int run_plan(const PlanArgs& a) {
   bool table_only = budget.kind == PlanBudget::Kind::kPrimaryMemory && !budget.kv_tokens;
   if (!table_only && a.out.empty()) fail("plan needs --out FILE for the rowmap");
 
-  LoadedModel m = load_model(a.model);
+  LoadedModel m = load_model(a.model, a.weights);
   ExpertStats stats = ExpertStats::load(a.stats);
   validate_stats(stats, m.cfg, m.fingerprint, a.stats);
   ModelBytes bytes = a.weight_dtype.empty() ? model_bytes(m.cfg, m.store)
@@ -190,6 +192,7 @@ int run_plan(const PlanArgs& a) {
 RunFn plan_setup(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   app.add_option("--model", a->model, "REQUIRED (optional with --evaluate): model folder (config.json + safetensors)");
+  add_weights_option(app, a->weights);
   app.add_option("--stats", a->stats, "REQUIRED (not with --check): traffic stats from `tandem profile` (tandem.stats/1)");
   app.add_option("--out", a->out, "rowmap to write (tandem.rowmap/1)");
   a->hot_opt = app.add_option("--hot-per-layer", a->hot_per_layer, "budget: hot experts per MoE layer");

@@ -1,4 +1,4 @@
-// `tandem synth`: write a synthetic checkpoint (random bf16 weights) of a preset or a config.json.
+// `tandem synth`: write a synthetic checkpoint (random bf16 weights, or FP8 ones) of a preset or a config.json.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -14,7 +14,7 @@ namespace {
 
 RunFn setup(CLI::App& app) {
   struct Opts {
-    std::string preset, config, out, tokenizer;
+    std::string preset, config, out, tokenizer, weights = "bf16";
     uint64_t seed = 0;
     double skew = 0;
     int threads = 0;
@@ -31,6 +31,9 @@ RunFn setup(CLI::App& app) {
                  "deepseek_v3: correction bias = SKEW * N(0,1) per expert, skewing expert popularity (default 0)");
   app.add_option("--tokenizer", o->tokenizer, "tokenizer.json to ship with the model (default: a byte-level one)");
   app.add_option("--threads", o->threads, "Threads for weight generation (default: all)");
+  app.add_option("--weights", o->weights,
+                 "bf16 (default), or fp8: attention, MLP and expert weights as F8_E4M3 with 128x128 block scales "
+                 "(DeepSeek's format), quantized from the bf16 weights of the same seed");
   app.add_flag("--list", o->list, "List the presets and exit");
   return [o] {
     if (o->list) {
@@ -48,6 +51,10 @@ RunFn setup(CLI::App& app) {
       cfg = nlohmann::json::parse(in, nullptr, false);
       if (cfg.is_discarded()) fail("{}: malformed JSON", o->config);
     }
+    if (o->weights == "fp8")
+      cfg = with_fp8_weights(std::move(cfg));
+    else if (o->weights != "bf16")
+      fail("--weights must be bf16 or fp8, got '{}'", o->weights);
     set_global_threads(o->threads);
     SynthOptions so;
     so.seed = o->seed;

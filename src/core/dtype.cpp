@@ -1,6 +1,7 @@
 // dtype names and half-precision conversions (see dtype.h).
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -14,7 +15,7 @@ struct DTypeInfo {
   std::string_view name;
   size_t size;
 };
-constexpr std::array<DTypeInfo, 10> kDTypes{{{DType::kF32, "F32", 4},
+constexpr std::array<DTypeInfo, 11> kDTypes{{{DType::kF32, "F32", 4},
                                              {DType::kF16, "F16", 2},
                                              {DType::kBF16, "BF16", 2},
                                              {DType::kF64, "F64", 8},
@@ -23,7 +24,8 @@ constexpr std::array<DTypeInfo, 10> kDTypes{{{DType::kF32, "F32", 4},
                                              {DType::kI16, "I16", 2},
                                              {DType::kI32, "I32", 4},
                                              {DType::kI64, "I64", 8},
-                                             {DType::kBool, "BOOL", 1}}};
+                                             {DType::kBool, "BOOL", 1},
+                                             {DType::kF8E4M3, "F8_E4M3", 1}}};
 }  // namespace
 
 size_t dtype_size(DType t) { return kDTypes[size_t(t)].size; }
@@ -77,6 +79,28 @@ uint16_t f32_to_f16(float f) {
   uint32_t rem = m & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
   return sign | uint16_t(r);
+}
+
+uint8_t f32_to_fp8_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a == 0.0f) return sign;
+  // Spacing of representable values around a: 2^(e-3) for normals (e = floor(log2 a) >= -6),
+  // 2^-9 for subnormals. a / spacing rounded to nearest even gives the code's significand.
+  int e = 0;
+  std::frexp(a, &e);  // a = m · 2^e, m in [0.5, 1): floor(log2 a) = e - 1
+  const int exp = std::max(e - 1, -6);
+  const float q = std::nearbyint(std::ldexp(a, 3 - exp));  // significand in units of the spacing, [0, 16]
+  int mant = int(q), biased = exp + 7;
+  if (biased == 1 && mant < 8) return sign | uint8_t(mant);  // subnormal
+  if (mant == 16) {  // rounded up to the next binade
+    mant = 8;
+    ++biased;
+  }
+  if (biased > 15 || (biased == 15 && mant - 8 > 6)) return sign | 0x7e;
+  return sign | uint8_t(biased << 3) | uint8_t(mant - 8);
 }
 
 }  // namespace tandem

@@ -17,6 +17,9 @@ float load_f32(const TensorView& v, int64_t i) {
     case DType::kBF16: return bf16_to_f32(v.as<uint16_t>()[i]);
     case DType::kF16: return f16_to_f32(v.as<uint16_t>()[i]);
     case DType::kF64: return float(v.as<double>()[i]);
+    case DType::kF8E4M3:
+      TANDEM_ASSERT(!v.scale.empty(), "load_f32 on an F8_E4M3 view without block scales");
+      return fp8_e4m3_to_f32(v.as<uint8_t>()[i]) * v.scale.at(i / v.cols(), i % v.cols());
     case DType::kI8: case DType::kU8: case DType::kI16: case DType::kI32: case DType::kI64: case DType::kBool:
       break;
   }

@@ -19,7 +19,7 @@ inline float dot_typed(const float* x, int64_t n, Load load) {
   return acc;
 }
 
-// Σ x[i] · w[offset + i] for a weight view of any float dtype.
+// Σ x[i] · w[offset + i] for a weight view of any linear-weight dtype (F8_E4M3: within one row).
 float dot_w(const float* x, const TensorView& w, int64_t offset, int64_t n) {
   switch (w.dtype) {
     case DType::kF32: {
@@ -34,6 +34,11 @@ float dot_w(const float* x, const TensorView& w, int64_t offset, int64_t n) {
       const uint16_t* p = w.as<uint16_t>() + offset;
       return dot_typed(x, n, [p](int64_t i) { return f16_to_f32(p[i]); });
     }
+    case DType::kF8E4M3: {  // dequantized per element, as the matmul reference does
+      const uint8_t* p = w.as<uint8_t>() + offset;
+      const int64_t row = offset / w.cols(), col = offset % w.cols();
+      return dot_typed(x, n, [&](int64_t i) { return fp8_e4m3_to_f32(p[i]) * w.scale.at(row, col + i); });
+    }
     case DType::kF64: case DType::kI8: case DType::kU8: case DType::kI16: case DType::kI32: case DType::kI64:
     case DType::kBool:
       break;
@@ -41,7 +46,7 @@ float dot_w(const float* x, const TensorView& w, int64_t offset, int64_t n) {
   TANDEM_ASSERT(false, "weight dtype {}", dtype_name(w.dtype));
 }
 
-// y[i] += a · w[offset + i].
+// y[i] += a · w[offset + i] (within one row of w when it is F8_E4M3).
 void axpy_w(float a, const TensorView& w, int64_t offset, int64_t n, float* y) {
   switch (w.dtype) {
     case DType::kF32: {
@@ -57,6 +62,12 @@ void axpy_w(float a, const TensorView& w, int64_t offset, int64_t n, float* y) {
     case DType::kF16: {
       const uint16_t* p = w.as<uint16_t>() + offset;
       for (int64_t i = 0; i < n; ++i) y[i] += a * f16_to_f32(p[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const uint8_t* p = w.as<uint8_t>() + offset;
+      const int64_t row = offset / w.cols(), col = offset % w.cols();
+      for (int64_t i = 0; i < n; ++i) y[i] += a * (fp8_e4m3_to_f32(p[i]) * w.scale.at(row, col + i));
       return;
     }
     case DType::kF64: case DType::kI8: case DType::kU8: case DType::kI16: case DType::kI32: case DType::kI64:

@@ -130,6 +130,42 @@ std::vector<int64_t> int_list(const json& v, std::string_view source, const char
   return out;
 }
 
+// quantization_config: only the block-scaled FP8 format is read; anything else is refused with what
+// is supported, never ignored (weights read without their scales would be a wrong model).
+QuantConfig parse_quantization(const json& q, std::string_view source) {
+  if (!q.is_object()) fail("{}: field 'quantization_config' must be an object, got {}", source, q.dump());
+  Fields f(q, source);
+  const std::string method = f.has("quant_method") ? f.string("quant_method") : std::string();
+  if (method != "fp8")
+    fail("{}: quantization_config.quant_method '{}' is not supported (supported: \"fp8\", the block-scaled "
+         "float8_e4m3fn format of DeepSeek-V3 and Qwen3 FP8 checkpoints)",
+         source, method);
+  if (f.has("fmt") && f.string("fmt") != "e4m3")
+    fail("{}: quantization_config.fmt '{}' is not supported (supported: \"e4m3\")", source, f.string("fmt"));
+  if (f.has("activation_scheme") && f.string("activation_scheme") != "dynamic")
+    fail("{}: quantization_config.activation_scheme '{}' is not supported (supported: \"dynamic\"; static "
+         "activation scales are not read)",
+         source, f.string("activation_scheme"));
+  if (!f.has("weight_block_size"))
+    fail("{}: quantization_config has no weight_block_size: per-tensor and per-channel FP8 scales are not "
+         "supported, only block scales (weight_block_size, e.g. [128, 128])",
+         source);
+  const json& bs = f.raw("weight_block_size");
+  if (!bs.is_array() || bs.size() != 2)
+    fail("{}: quantization_config.weight_block_size must be [rows, cols], got {}", source, bs.dump());
+  QuantConfig out;
+  out.fp8 = true;
+  int64_t* dims[2] = {&out.block_rows, &out.block_cols};
+  for (size_t i = 0; i < 2; ++i) {
+    const json& v = bs[i];
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > kDimensionLimit)
+      fail("{}: quantization_config.weight_block_size must hold two positive integers (at most {}), got {}",
+           source, kDimensionLimit, bs.dump());
+    *dims[i] = v.get<int64_t>();
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string_view arch_name(Arch a) {
@@ -171,6 +207,13 @@ double ModelConfig::attn_scale() const {
 
 int64_t ModelConfig::kv_floats_per_token_layer() const {
   return mla ? kv_lora_rank + qk_rope_head_dim : 2 * n_head_kv * head_dim;
+}
+
+void apply_weights_option(ModelConfig& cfg, const std::string& weights) {
+  if (weights == "checkpoint") return;
+  if (weights != "fp8") fail("--weights must be checkpoint or fp8, got '{}'", weights);
+  cfg.quant.at_load = true;
+  if (!cfg.quant.fp8) cfg.quant.block_rows = cfg.quant.block_cols = 128;
 }
 
 ModelConfig parse_config(const json& j, std::string_view source) {
@@ -295,6 +338,7 @@ ModelConfig parse_config(const json& j, std::string_view source) {
   for (int64_t v : {c.head_dim, c.intermediate_size, c.q_lora_rank})
     if (v > kDimensionLimit)
       fail("{}: a dimension ({}) exceeds the supported limit {}", source, v, kDimensionLimit);
+  if (f.has("quantization_config")) c.quant = parse_quantization(f.raw("quantization_config"), source);
   return c;
 }
 

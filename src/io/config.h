@@ -40,6 +40,18 @@ struct RopeConfig {
   bool truncate = true;
 };
 
+// quantization_config of a fine-grained FP8 checkpoint (DeepSeek-V3, Qwen3 FP8): quant_method "fp8",
+// fmt "e4m3", weight_block_size [rows, cols]. Which tensors are FP8 comes from the files' dtypes; this
+// gives the size of their scale blocks. Absent (fp8 false): an F8_E4M3 tensor is an error.
+struct QuantConfig {
+  bool fp8 = false;
+  int64_t block_rows = 0, block_cols = 0;
+  // --weights fp8: routed experts stored in a float dtype are quantized to this format as they load
+  // (block_rows x block_cols: the checkpoint's own, else 128 x 128). Part of the model's fingerprint.
+  bool at_load = false;
+};
+
+
 struct ModelConfig {
   Arch arch = Arch::kQwen3Moe;
   std::string model_type;
@@ -79,6 +91,8 @@ struct ModelConfig {
   RouterKind router = RouterKind::kSoftmaxTopK;
   std::vector<bool> layer_is_moe;      // [n_layer]
 
+  QuantConfig quant;
+
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
 
@@ -96,5 +110,8 @@ struct ModelConfig {
 ModelConfig parse_config(const nlohmann::json& j, std::string_view source);
 // Reads DIR/config.json (or a path to a .json file).
 ModelConfig load_config(const std::string& path);
+// Applies a --weights value to a loaded config: "checkpoint" (as stored) or "fp8" (QuantConfig::at_load).
+// InputError naming the flag otherwise.
+void apply_weights_option(ModelConfig& cfg, const std::string& weights);
 
 }  // namespace tandem

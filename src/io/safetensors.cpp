@@ -70,7 +70,7 @@ TensorInfo parse_entry(const std::string& name, const json& e, uint64_t data_siz
   if (!dt->is_string()) fail("{}: tensor '{}' dtype must be a string, found {}", source, name, show(*dt));
   auto dtype = dtype_from_name(dt->get_ref<const std::string&>());
   if (!dtype)
-    fail("{}: tensor '{}' has unknown dtype {} (expected F32, F16, BF16, F64, I8, U8, I16, I32, I64 or BOOL)",
+    fail("{}: tensor '{}' has unknown dtype {} (expected F32, F16, BF16, F64, I8, U8, I16, I32, I64, BOOL or F8_E4M3)",
          source, name, show(*dt));
   t.dtype = *dtype;
 
@@ -344,8 +344,9 @@ TensorView TensorStore::require(std::string_view name, std::initializer_list<int
   if (!(v.shape == want))
     fail("tensor '{}' in {} has shape {}, expected {}", name, file, v.shape.str(), want.str());
   if (!dtype_is_float_weight(v.dtype))
-    fail("tensor '{}' in {} has dtype {}, expected a float dtype (F32, BF16 or F16)", name, file,
-         dtype_name(v.dtype));
+    fail("tensor '{}' in {} has dtype {}, expected a float dtype (F32, BF16 or F16){}", name, file,
+         dtype_name(v.dtype),
+         v.dtype == DType::kF8E4M3 ? " (FP8 is read for attention, MLP and expert projections only)" : "");
   return v;
 }
 

@@ -16,16 +16,16 @@ void bind_deepseek_v3(Model& m, const ExpertFilter& filter) {
     std::string p = fmt::format("model.layers.{}.", l);
     std::string s = p + "self_attn.";
     if (c.q_lora_rank > 0) {
-      a.q_a = m.store.require(s + "q_a_proj.weight", {c.q_lora_rank, c.hidden_size});
+      a.q_a = bind_linear(m, s + "q_a_proj.weight", {c.q_lora_rank, c.hidden_size});
       a.q_a_norm = m.store.require(s + "q_a_layernorm.weight", {c.q_lora_rank});
-      a.q_b = m.store.require(s + "q_b_proj.weight", {c.n_head * qk_head, c.q_lora_rank});
+      a.q_b = bind_linear(m, s + "q_b_proj.weight", {c.n_head * qk_head, c.q_lora_rank});
     } else {
-      a.q = m.store.require(s + "q_proj.weight", {c.n_head * qk_head, c.hidden_size});
+      a.q = bind_linear(m, s + "q_proj.weight", {c.n_head * qk_head, c.hidden_size});
     }
-    a.kv_a = m.store.require(s + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, c.hidden_size});
+    a.kv_a = bind_linear(m, s + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, c.hidden_size});
     a.kv_a_norm = m.store.require(s + "kv_a_layernorm.weight", {c.kv_lora_rank});
-    a.kv_b = m.store.require(s + "kv_b_proj.weight", {c.n_head * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank});
-    a.o = m.store.require(s + "o_proj.weight", {c.hidden_size, c.n_head * c.v_head_dim});
+    a.kv_b = bind_linear(m, s + "kv_b_proj.weight", {c.n_head * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank});
+    a.o = bind_linear(m, s + "o_proj.weight", {c.hidden_size, c.n_head * c.v_head_dim});
     if (!L.moe) {
       L.dense = bind_mlp(m, p + "mlp.", "gate_proj", "up_proj", "down_proj", c.intermediate_size);
       continue;

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/fp8_weights.h"
 
 namespace tandem {
 
@@ -46,7 +48,37 @@ std::unique_ptr<Model> Model::bind(ModelConfig cfg, TensorStore store, const std
     case Arch::kOlmoe: bind_olmoe(*m, filter); break;
     case Arch::kDeepseekV3: bind_deepseek_v3(*m, filter); break;
   }
+  if (m->cfg.quant.at_load) quantize_experts_at_load(*m);
   return m;
+}
+
+void quantize_experts_at_load(Model& m) {
+  const QuantConfig& q = m.cfg.quant;
+  std::vector<TensorView*> todo;
+  for (auto& L : m.layers)
+    for (auto& e : L.experts)
+      for (TensorView* v : {&e.gate, &e.up, &e.down})
+        if (!v->empty() && dtype_is_float_weight(v->dtype)) todo.push_back(v);
+  // One buffer per weight: codes, then the scale grid (4-byte aligned after the codes).
+  std::vector<std::unique_ptr<uint8_t[]>> bufs(todo.size());
+  global_pool().parallel_for(int64_t(todo.size()), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      TensorView& v = *todo[size_t(i)];
+      const int64_t rows = v.rows(), cols = v.cols();
+      const int64_t grid_cols = (cols + q.block_cols - 1) / q.block_cols;
+      const size_t codes = (size_t(rows * cols) + 63) / 64 * 64;
+      const size_t scales = size_t((rows + q.block_rows - 1) / q.block_rows * grid_cols);
+      bufs[size_t(i)].reset(new uint8_t[codes + scales * sizeof(float)]);
+      uint8_t* p = bufs[size_t(i)].get();
+      const std::vector<float> w = to_f32(v);
+      float* s = reinterpret_cast<float*>(p + codes);
+      quantize_fp8_blocks(w.data(), rows, cols, q.block_rows, q.block_cols, p, s);
+      v.data = p;
+      v.dtype = DType::kF8E4M3;
+      v.scale = BlockScales{s, grid_cols, q.block_rows, q.block_cols, 0};
+    }
+  });
+  for (auto& b : bufs) m.owned.push_back(std::move(b));
 }
 
 void bind_common(Model& m) {
@@ -66,22 +98,26 @@ void bind_common(Model& m) {
   }
 }
 
+TensorView bind_linear(const Model& m, const std::string& name, std::initializer_list<int64_t> shape) {
+  return require_linear(m.store, m.cfg.quant, name, shape);
+}
+
 void bind_gqa_attention(Model& m, int64_t layer, const std::string& prefix) {
   const auto& c = m.cfg;
   auto& a = m.layers[size_t(layer)].attn;
-  a.q = m.store.require(prefix + "q_proj.weight", {c.n_head * c.head_dim, c.hidden_size});
-  a.k = m.store.require(prefix + "k_proj.weight", {c.n_head_kv * c.head_dim, c.hidden_size});
-  a.v = m.store.require(prefix + "v_proj.weight", {c.n_head_kv * c.head_dim, c.hidden_size});
-  a.o = m.store.require(prefix + "o_proj.weight", {c.hidden_size, c.n_head * c.head_dim});
+  a.q = bind_linear(m, prefix + "q_proj.weight", {c.n_head * c.head_dim, c.hidden_size});
+  a.k = bind_linear(m, prefix + "k_proj.weight", {c.n_head_kv * c.head_dim, c.hidden_size});
+  a.v = bind_linear(m, prefix + "v_proj.weight", {c.n_head_kv * c.head_dim, c.hidden_size});
+  a.o = bind_linear(m, prefix + "o_proj.weight", {c.hidden_size, c.n_head * c.head_dim});
 }
 
 ExpertWeights bind_mlp(const Model& m, const std::string& prefix, const char* gate, const char* up,
                        const char* down, int64_t inter) {
   const int64_t h = m.cfg.hidden_size;
   ExpertWeights e;
-  e.gate = m.store.require(prefix + gate + ".weight", {inter, h});
-  e.up = m.store.require(prefix + up + ".weight", {inter, h});
-  e.down = m.store.require(prefix + down + ".weight", {h, inter});
+  e.gate = bind_linear(m, prefix + gate + ".weight", {inter, h});
+  e.up = bind_linear(m, prefix + up + ".weight", {inter, h});
+  e.down = bind_linear(m, prefix + down + ".weight", {h, inter});
   return e;
 }
 

@@ -55,6 +55,9 @@ struct Model {
   TensorView final_norm;  // [hidden]
   TensorView lm_head;     // [vocab, hidden] (the embedding when tied)
   std::vector<LayerWeights> layers;
+  // Weights this process made (cfg.quant.at_load: FP8 codes and scales of the routed experts); the
+  // views in `layers` point into them.
+  std::vector<std::unique_ptr<uint8_t[]>> owned;
 
   // Loads DIR (config.json + safetensors). Throws InputError naming the file/tensor/field.
   static std::unique_ptr<Model> load(const std::string& dir, const ExpertFilter& filter = nullptr);
@@ -70,10 +73,17 @@ void bind_olmoe(Model& m, const ExpertFilter& filter);
 void bind_deepseek_v3(Model& m, const ExpertFilter& filter);
 
 // Shared binding blocks (models/model.cpp).
+// A linear layer's weight [out, in]: float, or F8_E4M3 with its validated block scales (io/fp8_weights.h).
+// Attention, dense-MLP and expert projections bind through this; embeddings, norms, routers and
+// lm_head stay float (store.require).
+TensorView bind_linear(const Model& m, const std::string& name, std::initializer_list<int64_t> shape);
 void bind_gqa_attention(Model& m, int64_t layer, const std::string& prefix);  // q/k/v/o_proj
 ExpertWeights bind_mlp(const Model& m, const std::string& prefix, const char* gate, const char* up,
                        const char* down, int64_t inter);
 void bind_common(Model& m);  // embed, final norm, lm_head, per-layer norms
+// cfg.quant.at_load (--weights fp8): every bound routed expert weight in a float dtype becomes
+// F8_E4M3 with block scales (quantize_fp8_blocks) in m.owned. Run by bind() after the binder.
+void quantize_experts_at_load(Model& m);
 // The routed experts of MoE layer `layer` under `prefix` (e.g. "model.layers.3.mlp.experts."), each
 // "<prefix><e>.<gate|up|down>.weight"; experts the filter rejects stay unbound.
 void bind_routed_experts(Model& m, int64_t layer, const std::string& prefix, const char* gate, const char* up,

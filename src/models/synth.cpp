@@ -6,11 +6,14 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 
 #include "core/thread_pool.h"
 #include "io/config.h"
+#include "io/fp8_weights.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 
@@ -47,10 +50,16 @@ struct Planned {
   Shape shape;
   Init init;
   float scale;  // std of the normal part
+  bool fp8 = false;  // stored as F8_E4M3 + block scales when the config asks for FP8
 };
 
+// A projection of attention, a dense MLP or an expert: FP8 in an FP8 model (as in DeepSeek's and Qwen's
+// releases, where lm_head and the router stay bf16: those go through add_dense).
 void add_linear(std::vector<Planned>& out, const std::string& name, int64_t rows, int64_t cols) {
-  out.push_back({name, Shape{rows, cols}, Init::kNormal, float(1.0 / std::sqrt(double(cols)))});
+  out.push_back({name, Shape{rows, cols}, Init::kNormal, float(1.0 / std::sqrt(double(cols))), true});
+}
+void add_dense(std::vector<Planned>& out, const std::string& name, int64_t rows, int64_t cols) {
+  out.push_back({name, Shape{rows, cols}, Init::kNormal, float(1.0 / std::sqrt(double(cols))), false});
 }
 void add_norm(std::vector<Planned>& out, const std::string& name, int64_t n) {
   out.push_back({name, Shape{n}, Init::kNorm, 0.01f});
@@ -67,7 +76,7 @@ std::vector<Planned> plan_tensors(const ModelConfig& c, double router_skew) {
   const int64_t H = c.hidden_size;
   t.push_back({"model.embed_tokens.weight", Shape{c.vocab_size, H}, Init::kNormal, 1.0f});
   add_norm(t, "model.norm.weight", H);
-  if (!c.tie_word_embeddings) add_linear(t, "lm_head.weight", c.vocab_size, H);
+  if (!c.tie_word_embeddings) add_dense(t, "lm_head.weight", c.vocab_size, H);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
     add_norm(t, p + "input_layernorm.weight", H);
@@ -109,7 +118,7 @@ std::vector<Planned> plan_tensors(const ModelConfig& c, double router_skew) {
     }
     const bool mixtral = c.arch == Arch::kMixtral;
     const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
-    add_linear(t, moe + "gate.weight", c.n_expert, H);
+    add_dense(t, moe + "gate.weight", c.n_expert, H);
     if (c.router == RouterKind::kSigmoidGroupTopK)
       t.push_back({moe + "gate.e_score_correction_bias", Shape{c.n_expert}, Init::kBias,
                    router_skew > 0 ? float(router_skew) : 0.01f});
@@ -125,6 +134,18 @@ std::vector<Planned> plan_tensors(const ModelConfig& c, double router_skew) {
   }
   return t;
 }
+
+json preset(const std::string& name);
+
+}  // namespace
+
+json with_fp8_weights(json config) {
+  config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+                                   {"weight_block_size", {128, 128}}};
+  return config;
+}
+
+namespace {
 
 json preset(const std::string& name) {
   auto base_ds = [](json extra) {
@@ -151,6 +172,7 @@ json preset(const std::string& name) {
                     {"routed_scaling_factor", 2.5}, {"num_attention_heads", 4}, {"num_key_value_heads", 4},
                     {"q_lora_rank", 48}, {"kv_lora_rank", 32}, {"qk_nope_head_dim", 16}, {"qk_rope_head_dim", 8},
                     {"v_head_dim", 16}, {"max_position_embeddings", 2048}});
+  if (name == "flash-mini-fp8") return with_fp8_weights(preset("flash-mini"));
   if (name == "flash-mini")
     return base_ds({{"vocab_size", 16384}, {"hidden_size", 2048}, {"num_hidden_layers", 16},
                     {"first_k_dense_replace", 1}, {"intermediate_size", 5632}, {"n_routed_experts", 384},
@@ -197,7 +219,9 @@ std::vector<std::pair<std::string, std::string>> synth_presets() {
           {"tiny-olmoe", "olmoe, hidden 64, 2 layers, 16 experts top-4"},
           {"mid", "qwen3_moe, hidden 1024, 12 layers, 64 experts top-6 (about 1.0 B parameters): CPU benchmarks"},
           {"flash-mini", "deepseek_v3, hidden 2048, 16 layers (1 dense), 384 experts top-6 + 1 shared "
-                         "(about 19 B parameters, 36 GB of experts): the GPU benchmark model"}};
+                         "(about 19 B parameters, 36 GB of experts): the GPU benchmark model"},
+          {"flash-mini-fp8", "flash-mini with its attention, MLP and expert weights in block-scaled FP8 "
+                             "(18 GB of experts): the FP8 benchmark model"}};
 }
 
 json synth_preset_config(const std::string& name) { return preset(name); }
@@ -228,37 +252,82 @@ uint64_t write_synthetic_model(const json& config, const std::string& dir, const
                                    {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", true}});
 
   const auto planned = plan_tensors(c, options.router_skew);
+  const QuantConfig& q = c.quant;  // FP8 model: its linears quantized from the bf16 values of this seed
+  auto is_fp8 = [&](const Planned& p) { return q.fp8 && p.fp8; };
+  auto grid = [&](const Planned& p) {
+    return Shape{(p.shape[0] + q.block_rows - 1) / q.block_rows, (p.shape[1] + q.block_cols - 1) / q.block_cols};
+  };
   uint64_t total = 0;
-  for (const auto& p : planned) total += uint64_t(p.shape.numel()) * 2;
+  for (const auto& p : planned)
+    total += is_fp8(p) ? uint64_t(p.shape.numel()) + uint64_t(grid(p).numel()) * 4 : uint64_t(p.shape.numel()) * 2;
   std::vector<TensorSpec> specs;
   ThreadPool& pool = global_pool();
   uint64_t written = 0;
+  auto progress = [&](size_t nbytes) {
+    uint64_t before = written;
+    written += nbytes;
+    if (options.progress && (written / 1000000000u != before / 1000000000u || written == total))
+      spdlog::info("synth: {:.1f} / {:.1f} GB", double(written) / 1e9, double(total) / 1e9);
+  };
+  // The bf16 values of tensor p (n elements), the same for a BF16 and an FP8 model of one seed.
+  auto values = [&](const Planned& p, uint16_t* out, int64_t n) {
+    const uint64_t base = hash_name(options.seed, p.name);
+    constexpr int64_t kChunk = 1 << 16;
+    pool.parallel_for((n + kChunk - 1) / kChunk, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        uint64_t st = base ^ (uint64_t(ch) * 0xd1b54a32d192ed03ull);
+        for (int64_t i = ch * kChunk; i < std::min(n, (ch + 1) * kChunk); ++i) {
+          float v = normalish(st) * p.scale;
+          if (p.init == Init::kNorm) v += 1.0f;
+          out[i] = f32_to_bf16(v);
+        }
+      }
+    });
+  };
+  // Scales computed with their weight, written by the next tensor's fill (the writer fills in order).
+  auto pending_scales = std::make_shared<std::vector<float>>();
   for (const auto& p : planned) {
     TensorSpec s;
     s.name = p.name;
-    s.dtype = DType::kBF16;
     s.shape = p.shape;
-    s.fill = [&, p](uint8_t* dst, size_t nbytes) {
-      uint16_t* out = reinterpret_cast<uint16_t*>(dst);
-      const int64_t n = int64_t(nbytes / 2);
-      const uint64_t base = hash_name(options.seed, p.name);
-      constexpr int64_t kChunk = 1 << 16;
-      pool.parallel_for((n + kChunk - 1) / kChunk, 1, [&](int64_t c0, int64_t c1) {
-        for (int64_t ch = c0; ch < c1; ++ch) {
-          uint64_t st = base ^ (uint64_t(ch) * 0xd1b54a32d192ed03ull);
-          for (int64_t i = ch * kChunk; i < std::min(n, (ch + 1) * kChunk); ++i) {
-            float v = normalish(st) * p.scale;
-            if (p.init == Init::kNorm) v += 1.0f;
-            out[i] = f32_to_bf16(v);
-          }
+    if (!is_fp8(p)) {
+      s.dtype = DType::kBF16;
+      s.fill = [&, p](uint8_t* dst, size_t nbytes) {
+        values(p, reinterpret_cast<uint16_t*>(dst), int64_t(nbytes / 2));
+        progress(nbytes);
+      };
+      specs.push_back(std::move(s));
+      continue;
+    }
+    const Shape g = grid(p);
+    s.dtype = DType::kF8E4M3;
+    s.fill = [&, p, g, pending_scales](uint8_t* dst, size_t nbytes) {
+      const int64_t rows = p.shape[0], cols = p.shape[1];
+      std::vector<uint16_t> bf(nbytes);
+      values(p, bf.data(), int64_t(nbytes));
+      std::vector<float> w(nbytes);
+      for (size_t i = 0; i < nbytes; ++i) w[i] = bf16_to_f32(bf[i]);
+      pending_scales->assign(size_t(g.numel()), 0.0f);
+      pool.parallel_for(g[0], 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t r0 = b * q.block_rows, r1 = std::min(rows, r0 + q.block_rows);
+          quantize_fp8_blocks(w.data() + r0 * cols, r1 - r0, cols, q.block_rows, q.block_cols, dst + r0 * cols,
+                              pending_scales->data() + b * g[1]);
         }
       });
-      uint64_t before = written;
-      written += nbytes;
-      if (options.progress && (written / 1000000000u != before / 1000000000u || written == total))
-        spdlog::info("synth: {:.1f} / {:.1f} GB", double(written) / 1e9, double(total) / 1e9);
+      progress(nbytes);
     };
     specs.push_back(std::move(s));
+    TensorSpec scale;
+    scale.name = p.name + std::string(kFp8ScaleSuffix);
+    scale.dtype = DType::kF32;
+    scale.shape = g;
+    scale.fill = [&, pending_scales, name = scale.name](uint8_t* dst, size_t nbytes) {
+      TANDEM_ASSERT(pending_scales->size() * 4 == nbytes, "scales of {} not computed before they are written", name);
+      std::memcpy(dst, pending_scales->data(), nbytes);
+      progress(nbytes);
+    };
+    specs.push_back(std::move(scale));
   }
   write_safetensors(dir + "/model.safetensors", specs);
   // The small files last: a folder with a config.json holds finished weights (a write that fails,

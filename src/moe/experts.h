@@ -19,7 +19,10 @@ struct ExpertWeights {
   TensorView up;    // [inter, hidden]
   TensorView down;  // [hidden, inter]
   bool present() const { return !gate.empty(); }
-  size_t nbytes() const { return gate.nbytes() + up.nbytes() + down.nbytes(); }
+  // Weights plus FP8 block scales: what holding the expert costs.
+  size_t nbytes() const {
+    return gate.nbytes() + up.nbytes() + down.nbytes() + gate.scale_nbytes() + up.scale_nbytes() + down.scale_nbytes();
+  }
 };
 
 // The routing of n_rows token rows to k experts each.
@@ -50,7 +53,7 @@ double split_share_for(double link_gbps, double dram_gbps);
 size_t sliced_bytes(const ExpertWeights& e, int64_t begin, int64_t end);
 // Copies features [begin, end) of `e` into dst (sliced_bytes of room, 64-byte aligned): gate and up
 // rows [begin, end), down columns [begin, end) as a contiguous [hidden, end - begin] matrix. Returns
-// views into dst.
+// views into dst. FP8 experts are refused (InputError): the split lane does not slice block scales yet.
 ExpertWeights slice_expert(const ExpertWeights& e, int64_t begin, int64_t end, uint8_t* dst);
 
 // One dense SwiGLU MLP over n rows: out = mlp(x). out may not alias x.

@@ -10,12 +10,24 @@
 namespace tandem {
 
 namespace {
-// Copies a view into `dst` and returns the view re-pointed there.
+size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// Bytes copy_to writes for a whole (unsliced) view: its elements, then its FP8 scale grid.
+size_t room_of(const TensorView& v) { return align64(v.nbytes()) + align64(v.scale_nbytes()); }
+
+// Copies a view (with its FP8 block scales, kept in FP8: the kernels dequantize in registers) into
+// `dst` and returns the view re-pointed there.
 TensorView copy_to(const TensorView& v, uint8_t*& dst) {
+  TANDEM_ASSERT(v.scale.row0 == 0, "cold expert views are whole tensors");
   std::memcpy(dst, v.data, v.nbytes());
   TensorView out = v;
   out.data = dst;
-  dst += (v.nbytes() + 63) / 64 * 64;
+  dst += align64(v.nbytes());
+  if (!v.scale.empty()) {
+    std::memcpy(dst, v.scale.data, v.scale_nbytes());
+    out.scale.data = reinterpret_cast<const float*>(dst);
+    dst += align64(v.scale_nbytes());
+  }
   return out;
 }
 }  // namespace
@@ -28,7 +40,7 @@ ColdExperts::ColdExperts(const Model& model, const Rowmap& rowmap, ThreadPool& p
   auto room = [&](const ExpertWeights& src) -> size_t {
     if (split_begin > 0) return sliced_bytes(src, split_begin, src.gate.rows());
     size_t bytes = 0;
-    for (const auto* v : {&src.gate, &src.up, &src.down}) bytes += (v->nbytes() + 63) / 64 * 64;
+    for (const auto* v : {&src.gate, &src.up, &src.down}) bytes += room_of(*v);
     return bytes;
   };
   auto for_each_cold = [&](auto&& fn) {

@@ -29,6 +29,23 @@ std::vector<TensorMeta> tensor_metas(const TensorStore& store) {
   return out;
 }
 
+std::vector<TensorMeta> tensor_metas(const ModelConfig& cfg, const TensorStore& store) {
+  std::vector<TensorMeta> out = tensor_metas(store);
+  if (!cfg.quant.at_load) return out;
+  const size_t n = out.size();
+  for (size_t i = 0; i < n; ++i) {
+    TensorMeta& t = out[i];
+    if (t.name.find(".experts.") == std::string::npos || !t.name.ends_with(".weight") || t.shape.ndim != 2 ||
+        !dtype_is_float_weight(t.dtype))
+      continue;
+    t.dtype = DType::kF8E4M3;
+    const Shape grid{(t.shape[0] + cfg.quant.block_rows - 1) / cfg.quant.block_rows,
+                     (t.shape[1] + cfg.quant.block_cols - 1) / cfg.quant.block_cols};
+    out.push_back({t.name + "_scale_inv", DType::kF32, grid});  // t may move: it is not used after this
+  }
+  return out;
+}
+
 static std::string_view router_name(RouterKind r) {
   switch (r) {
     case RouterKind::kSoftmaxTopK:
@@ -70,6 +87,10 @@ std::string fingerprint_text(const ModelConfig& cfg, std::vector<TensorMeta> ten
   for (bool b : cfg.layer_is_moe) moe += b ? '1' : '0';
   line("layer_is_moe", moe);
   line("router", std::string(router_name(cfg.router)));
+  // Only for FP8 models, so the fingerprints of float models stay what they were: the block size
+  // decides what the scale grids mean, and the tensors' dtypes and shapes alone do not always show it.
+  if (cfg.quant.fp8) line("fp8_block", fmt::format("{}x{}", cfg.quant.block_rows, cfg.quant.block_cols));
+  if (cfg.quant.at_load) line("fp8_at_load", fmt::format("{}x{}", cfg.quant.block_rows, cfg.quant.block_cols));
   std::sort(tensors.begin(), tensors.end(), [](const TensorMeta& a, const TensorMeta& b) { return a.name < b.name; });
   for (size_t i = 0; i + 1 < tensors.size(); ++i)
     TANDEM_ASSERT(tensors[i].name != tensors[i + 1].name, "tensor {} listed twice", tensors[i].name);
@@ -87,7 +108,7 @@ std::string model_fingerprint(const ModelConfig& cfg, std::vector<TensorMeta> te
 }
 
 std::string model_fingerprint(const ModelConfig& cfg, const TensorStore& store) {
-  return model_fingerprint(cfg, tensor_metas(store));
+  return model_fingerprint(cfg, tensor_metas(cfg, store));
 }
 
 }  // namespace tandem

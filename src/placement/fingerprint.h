@@ -36,6 +36,11 @@ struct TensorMeta {
 
 // Name, dtype and shape of every tensor of the store.
 std::vector<TensorMeta> tensor_metas(const TensorStore& store);
+// The tensors as a process loading with `cfg` holds them: the store's, except that with
+// cfg.quant.at_load (--weights fp8) each routed expert weight (".experts." in its name) stored in a float
+// dtype is F8_E4M3 with a "<name>_scale_inv" F32 grid. model_fingerprint(cfg, store) and the memory
+// model count these.
+std::vector<TensorMeta> tensor_metas(const ModelConfig& cfg, const TensorStore& store);
 
 // The canonical text that is hashed (exposed for docs and tests): config fields first, then one line
 // per tensor sorted by name ("tensor=<name> <DTYPE> [d0,d1,...]").

@@ -172,7 +172,7 @@ ModelBytes model_bytes(const ModelConfig& cfg, const std::vector<TensorMeta>& te
 }
 
 ModelBytes model_bytes(const ModelConfig& cfg, const TensorStore& store) {
-  return model_bytes(cfg, tensor_metas(store));
+  return model_bytes(cfg, tensor_metas(cfg, store));
 }
 
 int64_t MemoryModel::free_bytes() const {

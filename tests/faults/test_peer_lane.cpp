@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../lane_tools/peer_child.h"
 #include "../lane_tools/process.h"
 #include "../lane_tools/rowmap_util.h"
 #include "io/config.h"
@@ -47,31 +48,7 @@ std::string number_before(const std::string& text, const std::string& marker) {
 }
 bool segment_exists(const std::string& lane) { return std::filesystem::exists("/dev/shm/tandem-" + lane); }
 
-struct Peer {
-  Child child;
-  std::string log;
-  Peer(const std::string& model, const std::string& rowmap, const std::string& lane, const test::TempDir& tmp,
-       std::vector<std::string> extra = {}) {
-    log = tmp.file("peer-" + lane + ".log");
-    std::vector<std::string> args = {test::tandem_binary(), "peer", "--model", model, "--rowmap", rowmap, "--lane", lane,
-                                     "--threads", "1"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    child = test::spawn(args, tmp.file("peer.out"), log);
-  }
-  // Waits for the `serving` line; false if the peer exited or took too long.
-  bool wait_serving() {
-    return test::wait_until(
-        [&] { return test::read_file(log).find("serving") != std::string::npos || test::try_reap(child); }, 30) &&
-           !child.reaped;
-  }
-  ~Peer() {
-    if (!child.reaped) {
-      kill(child.pid, SIGCONT);
-      kill(child.pid, SIGTERM);
-      test::wait_exit(child, 10);
-    }
-  }
-};
+using Peer = test::PeerChild;
 
 class PeerLane : public ::testing::Test {
  protected:

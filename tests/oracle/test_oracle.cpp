@@ -75,7 +75,8 @@ TEST_P(Oracle, BatchingDoesNotChangeAnswers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Oracle,
                          ::testing::Values("repo/qwen3moe_f32", "repo/mixtral_bf16", "repo/olmoe_f32",
                                            "repo/deepseekv3_f32", "shared/qwen3moe_f32", "shared/mixtral_bf16",
-                                           "shared/olmoe_f32", "shared/deepseekv3_f32"));
+                                           "shared/olmoe_f32", "shared/deepseekv3_f32", "shared/qwen3moe_fp8",
+                                           "shared/deepseekv3_fp8"));
 
 // MLA with q_lora wider than the hidden size (q_a's rows outgrow the engine's hidden-sized scratch):
 // an engine's first prefill gives the same logits as one whose buffers a bigger batch already grew.

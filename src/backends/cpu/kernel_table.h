@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace tandem::cpu {
 
@@ -16,11 +16,17 @@ struct MatmulArgs {
   int64_t x_stride = 0;
   const void* w = nullptr;  // [m, k] in `w_dtype`
   DType w_dtype = DType::kF32;
+  BlockScales w_scale;      // F8_E4M3: the block scales of W's rows (row j of W uses w_scale.at(j, ·))
   int64_t k = 0;
   float* y = nullptr;  // [n, y_stride]
   int64_t y_stride = 0;
   bool accumulate = false;
 };
+
+// The SIMD paths take F8_E4M3 weights whose scale blocks are this many columns wide (a multiple of
+// either path's vector width, so a vector never straddles two blocks); kernels.cpp sends other block
+// widths to the scalar table.
+inline constexpr int64_t kSimdFp8BlockMultiple = 16;
 
 struct KernelTable {
   const char* name;

@@ -36,6 +36,11 @@ float scalar_dot_row(const float* x, const MatmulArgs& a, int64_t row) {
       for (int64_t i = 0; i < k; ++i) acc += x[i] * f16_to_f32(r[i]);
       return acc;
     }
+    case DType::kF8E4M3: {  // dequantized per element (f32 product with the block's scale), f32 accumulate
+      const uint8_t* r = static_cast<const uint8_t*>(a.w) + row * k;
+      for (int64_t i = 0; i < k; ++i) acc += x[i] * (fp8_e4m3_to_f32(r[i]) * a.w_scale.at(row, i));
+      return acc;
+    }
     case DType::kF64: case DType::kI8: case DType::kU8: case DType::kI16: case DType::kI32:
     case DType::kI64: case DType::kBool:
       break;
@@ -60,7 +65,7 @@ float load_weight(const void* w, DType dtype, int64_t i) {
     case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(w)[i]);
     case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(w)[i]);
     case DType::kF64: case DType::kI8: case DType::kU8: case DType::kI16: case DType::kI32:
-    case DType::kI64: case DType::kBool:
+    case DType::kI64: case DType::kBool: case DType::kF8E4M3:
       break;
   }
   TANDEM_ASSERT(false, "weight dtype {}", dtype_name(dtype));
@@ -187,8 +192,13 @@ MatmulPlan plan_matmul(int64_t n, int64_t m, int64_t k, DType dtype, int threads
 
 void matmul_impl(const float* x, int64_t n, const TensorView& w, float* y, ThreadPool& pool,
                  int64_t x_stride, int64_t y_stride, bool accumulate) {
-  TANDEM_ASSERT(dtype_is_float_weight(w.dtype), "matmul weight dtype {} (want F32, BF16 or F16)",
+  TANDEM_ASSERT(dtype_is_linear_weight(w.dtype), "matmul weight dtype {} (want F32, BF16, F16 or F8_E4M3)",
                 dtype_name(w.dtype));
+  const bool fp8 = w.dtype == DType::kF8E4M3;
+  TANDEM_ASSERT(fp8 == !w.scale.empty(), "matmul weight {} {} block scales", dtype_name(w.dtype),
+                fp8 ? "without" : "with");
+  TANDEM_ASSERT(!fp8 || (w.scale.block_rows > 0 && w.scale.block_cols > 0), "FP8 scale blocks {}x{}",
+                w.scale.block_rows, w.scale.block_cols);
   TANDEM_ASSERT(w.shape.ndim == 2, "matmul weight must be 2-D, got {}", w.shape.str());
   const int64_t m = w.rows(), k = w.cols();
   if (x_stride < 0) x_stride = k;
@@ -196,12 +206,13 @@ void matmul_impl(const float* x, int64_t n, const TensorView& w, float* y, Threa
   TANDEM_ASSERT(n >= 0 && x_stride >= k && y_stride >= m, "matmul n={} x_stride={} y_stride={} for W {}", n,
                 x_stride, y_stride, w.shape.str());
   if (n == 0 || m == 0) return;
-  const KernelTable& t = active();
+  const KernelTable& t = fp8 && w.scale.block_cols % kSimdFp8BlockMultiple != 0 ? scalar_kernel_table() : active();
   MatmulArgs a;
   a.x = x;
   a.x_stride = x_stride;
   a.w = w.data;
   a.w_dtype = w.dtype;
+  a.w_scale = w.scale;
   a.k = k;
   a.y = y;
   a.y_stride = y_stride;

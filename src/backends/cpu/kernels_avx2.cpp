@@ -1,4 +1,4 @@
-// The AVX2 + FMA + F16C kernel table: 8-lane f32 FMAs, bf16/f16 weights widened in registers, tails
+// The AVX2 + FMA + F16C kernel table: 8-lane f32 FMAs, bf16/f16/fp8 weights widened in registers, tails
 // through small zero-padded copies. Built with per-function target attributes, never -march, and only
 // entered after kernels.cpp checked the CPU (see simd_body.h for the kernels themselves).
 #include "backends/cpu/kernel_table.h"
@@ -90,6 +90,21 @@ template <>
 TANDEM_SIMD_INLINE VF wload_n<DType::kBF16>(const void* p, int64_t n) { return widen_bf16(load8_u16_n(p, n)); }
 template <>
 TANDEM_SIMD_INLINE VF wload_n<DType::kF16>(const void* p, int64_t n) { return _mm256_cvtph_ps(load8_u16_n(p, n)); }
+
+// e4m3fn bytes → f16 bits (sign to bit 15, exponent and mantissa shifted under the f16 exponent field,
+// so the value is the e4m3 value · 2^-8, subnormals included) → f32 by F16C, exactly. 8 bytes at p.
+TANDEM_SIMD_INLINE VF widen_fp8(__m128i b) {
+  const __m128i h = _mm_cvtepu8_epi16(b);
+  const __m128i sign = _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi16(0x80)), 8);
+  const __m128i rest = _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7f)), 7);
+  return _mm256_cvtph_ps(_mm_or_si128(sign, rest));
+}
+TANDEM_SIMD_INLINE VF wload_fp8(const uint8_t* p) { return widen_fp8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+TANDEM_SIMD_INLINE VF wload_fp8_n(const uint8_t* p, int64_t n) {
+  alignas(16) uint8_t buf[16] = {};
+  for (int64_t i = 0; i < n; ++i) buf[i] = p[i];
+  return widen_fp8(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
+}
 
 TANDEM_SIMD_INLINE double sumsq_f64(const float* x, int64_t n) {
   __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();

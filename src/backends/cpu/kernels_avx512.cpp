@@ -1,4 +1,4 @@
-// The AVX-512 (F/BW/VL/DQ) kernel table: 16-lane f32 FMAs, bf16/f16 weights widened in registers,
+// The AVX-512 (F/BW/VL/DQ) kernel table: 16-lane f32 FMAs, bf16/f16/fp8 weights widened in registers,
 // masked loads for the tails. Built with per-function target attributes, never -march, and only
 // entered after kernels.cpp checked the CPU (see simd_body.h for the kernels themselves).
 #include "backends/cpu/kernel_table.h"
@@ -74,6 +74,17 @@ template <>
 TANDEM_SIMD_INLINE VF wload_n<DType::kBF16>(const void* p, int64_t n) { return widen_bf16(_mm256_maskz_loadu_epi16(lanes_mask(n), p)); }
 template <>
 TANDEM_SIMD_INLINE VF wload_n<DType::kF16>(const void* p, int64_t n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes_mask(n), p)); }
+
+// e4m3fn bytes → f16 bits (sign to bit 15, exponent and mantissa shifted under the f16 exponent field,
+// so the value is the e4m3 value · 2^-8, subnormals included) → f32 by the hardware, exactly.
+TANDEM_SIMD_INLINE VF widen_fp8(__m128i b) {
+  const __m256i h = _mm256_cvtepu8_epi16(b);
+  const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
+  const __m256i rest = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7f)), 7);
+  return _mm512_cvtph_ps(_mm256_or_si256(sign, rest));
+}
+TANDEM_SIMD_INLINE VF wload_fp8(const uint8_t* p) { return widen_fp8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+TANDEM_SIMD_INLINE VF wload_fp8_n(const uint8_t* p, int64_t n) { return widen_fp8(_mm_maskz_loadu_epi8(lanes_mask(n), p)); }
 
 TANDEM_SIMD_INLINE double sumsq_f64(const float* x, int64_t n) {
   __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();

@@ -6,7 +6,8 @@
 // Vector API: VF, kLanes, vzero, vset1, vload, vload_n (first n lanes, rest 0), vstore, vstore_n,
 // vadd, vsub, vmul, vdiv, vfma(a, b, c) = a·b + c, vmax, vmin, vround (to nearest), vscale2(y, n) =
 // y·2^n (n integral, |n| <= 160, overflow to inf, underflow to 0), hsum, hmax, wload<D>, wload_n<D>
-// (weights widened to f32), sumsq_f64 (Σx² accumulated in f64).
+// (weights widened to f32), wload_fp8, wload_fp8_n (e4m3fn bytes widened to f32 times 2^-8, exactly;
+// NaN codes are not decoded: the loader refuses them), sumsq_f64 (Σx² accumulated in f64).
 #pragma once
 
 namespace tandem::cpu {
@@ -26,41 +27,77 @@ template <>
 struct WeightType<DType::kF16> {
   using T = uint16_t;
 };
+template <>
+struct WeightType<DType::kF8E4M3> {
+  using T = uint8_t;
+};
 template <DType D>
 using WT = typename WeightType<D>::T;
 
-// One register tile: R rows of x against C rows of W, k long. Each output element is one vector
-// accumulator fed in k order, then reduced by hsum, so the tile shape never changes a result.
+// wload_fp8 returns the weight times 2^-8 (the e4m3 bits placed in an f16, widened by the hardware);
+// the block scale is multiplied by this to undo it, exactly (a power of two).
+constexpr float kFp8Unscale = 256.0f;
+
+// Weight vectors widened to f32; F8_E4M3 ones also dequantized with their block's scale (`s`, already
+// times kFp8Unscale), giving bitwise the f32 product fp8 · scale the scalar reference forms.
+template <DType D>
+TANDEM_SIMD_INLINE VF wload_scaled(const WT<D>* p, VF s) {
+  if constexpr (D == DType::kF8E4M3) return vmul(wload_fp8(p), s);
+  else return wload<D>(p);
+}
+template <DType D>
+TANDEM_SIMD_INLINE VF wload_scaled_n(const WT<D>* p, int64_t n, VF s) {
+  if constexpr (D == DType::kF8E4M3) return vmul(wload_fp8_n(p, n), s);
+  else return wload_n<D>(p, n);
+}
+
+// One register tile: R rows of x against the C rows of W from row j, into y (row 0, column j of the
+// output). Each output element is one vector accumulator fed in k order, then reduced by hsum, so the
+// tile shape never changes a result. k runs in column blocks that share one scale per weight row: for
+// F8_E4M3 the scale blocks (a whole number of vectors wide, kSimdFp8BlockMultiple; the last may be
+// partial), for the other dtypes one block of k, unscaled.
 template <DType D, int R, int C>
-TANDEM_SIMD_FN void matmul_tile(const float* x, int64_t x_stride, const WT<D>* w, int64_t k, float* y,
-                                int64_t y_stride, bool accumulate) {
+TANDEM_SIMD_FN void matmul_tile(const MatmulArgs& a, const float* x, int64_t j, float* y) {
+  constexpr bool kFp8 = D == DType::kF8E4M3;
+  const int64_t k = a.k, bc = kFp8 ? a.w_scale.block_cols : k;
+  const WT<D>* w = static_cast<const WT<D>*>(a.w) + j * k;
+  const float* srow[C];
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c)
+    srow[c] = kFp8 ? a.w_scale.data + (a.w_scale.row0 + j + c) / a.w_scale.block_rows * a.w_scale.stride : nullptr;
   VF acc[R][C];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) acc[r][c] = vzero();
-  int64_t i = 0;
-  for (; i + kLanes <= k; i += kLanes) {
-    VF wv[C];
+  for (int64_t b0 = 0; b0 < k; b0 += bc) {
+    const int64_t b1 = b0 + bc < k ? b0 + bc : k;
+    VF sv[C];
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) wv[c] = wload<D>(w + c * k + i);
+    for (int c = 0; c < C; ++c) sv[c] = kFp8 ? vset1(srow[c][b0 / bc] * kFp8Unscale) : vzero();
+    int64_t i = b0;
+    for (; i + kLanes <= b1; i += kLanes) {
+      VF wv[C];
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      VF xv = vload(x + r * x_stride + i);
+      for (int c = 0; c < C; ++c) wv[c] = wload_scaled<D>(w + c * k + i, sv[c]);
 #pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) acc[r][c] = vfma(xv, wv[c], acc[r][c]);
+      for (int r = 0; r < R; ++r) {
+        VF xv = vload(x + r * a.x_stride + i);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) acc[r][c] = vfma(xv, wv[c], acc[r][c]);
+      }
     }
-  }
-  if (i < k) {
-    const int64_t rest = k - i;
-    VF wv[C];
+    if (i < b1) {
+      const int64_t rest = b1 - i;
+      VF wv[C];
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) wv[c] = wload_n<D>(w + c * k + i, rest);
+      for (int c = 0; c < C; ++c) wv[c] = wload_scaled_n<D>(w + c * k + i, rest, sv[c]);
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      VF xv = vload_n(x + r * x_stride + i, rest);
+      for (int r = 0; r < R; ++r) {
+        VF xv = vload_n(x + r * a.x_stride + i, rest);
 #pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) acc[r][c] = vfma(xv, wv[c], acc[r][c]);
+        for (int c = 0; c < C; ++c) acc[r][c] = vfma(xv, wv[c], acc[r][c]);
+      }
     }
   }
 #pragma GCC unroll 16
@@ -68,36 +105,33 @@ TANDEM_SIMD_FN void matmul_tile(const float* x, int64_t x_stride, const WT<D>* w
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       float v = hsum(acc[r][c]);
-      float* out = y + r * y_stride + c;
-      *out = accumulate ? *out + v : v;
+      float* out = y + r * a.y_stride + c;
+      *out = a.accumulate ? *out + v : v;
     }
 }
 
 // R rows of x (starting at row r) against W rows [m0, m1).
 template <DType D, int R>
 TANDEM_SIMD_FN void matmul_rows(const MatmulArgs& a, int64_t r, int64_t m0, int64_t m1) {
-  const WT<D>* w = static_cast<const WT<D>*>(a.w);
   const float* x = a.x + r * a.x_stride;
   float* y = a.y + r * a.y_stride;
   constexpr int kCols = 4;
   int64_t j = m0;
-  for (; j + kCols <= m1; j += kCols)
-    matmul_tile<D, R, kCols>(x, a.x_stride, w + j * a.k, a.k, y + j, a.y_stride, a.accumulate);
-  for (; j < m1; ++j) matmul_tile<D, R, 1>(x, a.x_stride, w + j * a.k, a.k, y + j, a.y_stride, a.accumulate);
+  for (; j + kCols <= m1; j += kCols) matmul_tile<D, R, kCols>(a, x, j, y + j);
+  for (; j < m1; ++j) matmul_tile<D, R, 1>(a, x, j, y + j);
 }
 
 // Rows [r0, r1) of x against the C rows of W at j, in tiles of up to 4 rows.
 template <DType D, int C>
 TANDEM_SIMD_FN void matmul_row_tiles(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t j) {
-  const WT<D>* w = static_cast<const WT<D>*>(a.w) + j * a.k;
   auto at = [&](int64_t r) { return a.x + r * a.x_stride; };
   auto out = [&](int64_t r) { return a.y + r * a.y_stride + j; };
   int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) matmul_tile<D, 4, C>(at(r), a.x_stride, w, a.k, out(r), a.y_stride, a.accumulate);
+  for (; r + 4 <= r1; r += 4) matmul_tile<D, 4, C>(a, at(r), j, out(r));
   switch (r1 - r) {
-    case 3: matmul_tile<D, 3, C>(at(r), a.x_stride, w, a.k, out(r), a.y_stride, a.accumulate); break;
-    case 2: matmul_tile<D, 2, C>(at(r), a.x_stride, w, a.k, out(r), a.y_stride, a.accumulate); break;
-    case 1: matmul_tile<D, 1, C>(at(r), a.x_stride, w, a.k, out(r), a.y_stride, a.accumulate); break;
+    case 3: matmul_tile<D, 3, C>(a, at(r), j, out(r)); break;
+    case 2: matmul_tile<D, 2, C>(a, at(r), j, out(r)); break;
+    case 1: matmul_tile<D, 1, C>(a, at(r), j, out(r)); break;
     default: break;
   }
 }
@@ -117,10 +151,9 @@ TANDEM_SIMD_FN void matmul_block_t(const MatmulArgs& a, int64_t n0, int64_t n1, 
     int64_t j = m0;
     if (n1 - n0 == 1) {  // one row of x (decode of one sequence): eight weight rows stream at once
       constexpr int kWide = 8;
-      const WT<D>* w = static_cast<const WT<D>*>(a.w);
       const float* x = a.x + n0 * a.x_stride;
       float* y = a.y + n0 * a.y_stride;
-      for (; j + kWide <= m1; j += kWide) matmul_tile<D, 1, kWide>(x, a.x_stride, w + j * a.k, a.k, y + j, a.y_stride, a.accumulate);
+      for (; j + kWide <= m1; j += kWide) matmul_tile<D, 1, kWide>(a, x, j, y + j);
     }
     for (; j + kCols <= m1; j += kCols) matmul_row_tiles<D, kCols>(a, n0, n1, j);
     for (; j < m1; ++j) matmul_row_tiles<D, 1>(a, n0, n1, j);
@@ -142,6 +175,7 @@ TANDEM_SIMD_FN void matmul_block(const MatmulArgs& a, int64_t n0, int64_t n1, in
     case DType::kF32: matmul_block_t<DType::kF32>(a, n0, n1, m0, m1); return;
     case DType::kBF16: matmul_block_t<DType::kBF16>(a, n0, n1, m0, m1); return;
     case DType::kF16: matmul_block_t<DType::kF16>(a, n0, n1, m0, m1); return;
+    case DType::kF8E4M3: matmul_block_t<DType::kF8E4M3>(a, n0, n1, m0, m1); return;
     case DType::kF64: case DType::kI8: case DType::kU8: case DType::kI16: case DType::kI32:
     case DType::kI64: case DType::kBool:
       break;
@@ -253,7 +287,7 @@ TANDEM_SIMD_FN void rms_norm(const float* x, int64_t n, int64_t d, const void* w
     case DType::kBF16: rms_norm_t<DType::kBF16>(x, n, d, static_cast<const uint16_t*>(w), eps, out); return;
     case DType::kF16: rms_norm_t<DType::kF16>(x, n, d, static_cast<const uint16_t*>(w), eps, out); return;
     case DType::kF64: case DType::kI8: case DType::kU8: case DType::kI16: case DType::kI32:
-    case DType::kI64: case DType::kBool:
+    case DType::kI64: case DType::kBool: case DType::kF8E4M3:
       break;
   }
   __builtin_trap();  // kernels.cpp checks the dtype before dispatch

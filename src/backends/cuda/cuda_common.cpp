@@ -60,6 +60,11 @@ WType wtype_of(DType t, const char* what) {
     case DType::kF32: return WType::kF32;
     case DType::kBF16: return WType::kBF16;
     case DType::kF16: return WType::kF16;
+    case DType::kF8E4M3:
+      fail("{}: FP8 (F8_E4M3) weights are not supported on the GPU yet (issue 31): the CUDA engine, the GPU "
+           "peer and the host and split lanes refuse them; run this model on the CPU (--device cpu, the local "
+           "or the CPU peer lane)",
+           what);
     case DType::kF64: case DType::kI8: case DType::kU8: case DType::kI16: case DType::kI32: case DType::kI64:
     case DType::kBool:
       break;

@@ -7,7 +7,10 @@
 #include <string>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "core/thread_pool.h"
+#include "engine/generate.h"
 #include "models/model.h"
 #include "moe/experts.h"
 #include "moe/peer_lane.h"
@@ -66,5 +69,24 @@ class NegatedPeer {
   std::thread thread_;
   peer::ServeEnd end_{};
 };
+
+// Generates from `engine`, whose lane is a NegatedPeer's, with the check gate on every handoff: the lane
+// must trip at the gate (cause check_failed, the default bar 0.999 named) before any token.
+inline void expect_check_gate_trips(Engine& engine) {
+  GenerateRequest req;
+  req.prompt = {5, 17, 99, 3};
+  req.max_tokens = 4;
+  int tokens = 0;
+  GenerateOptions go;
+  go.on_token = [&](size_t, int32_t) { ++tokens; };
+  try {
+    generate(engine, std::span<const GenerateRequest>(&req, 1), go);
+    ADD_FAILURE() << "generation with a wrong peer returned";
+  } catch (const peer::LaneTripped& e) {
+    EXPECT_EQ(e.cause(), peer::TripCause::kCheck) << e.what();
+    EXPECT_NE(std::string(e.what()).find("below the bar 0.999"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(tokens, 0);
+}
 
 }  // namespace tandem::test

@@ -1,7 +1,8 @@
 // Where routed experts run. The engine routes, then hands the rows to an ExpertExecutor and adds
 // what it returns; lanes (local, peer, and on the GPU host) are implementations of this one step.
 // Contract: run() returns only when every slot of every row has been computed; it never returns a
-// partial sum (BRIEF rule 1: dark beats wrong). On failure it throws.
+// partial sum: a late or missing answer is waited for or fails the request, never counted as zero
+// ("dark beats wrong", docs/protocol.md). On failure it throws.
 #pragma once
 
 #include "core/thread_pool.h"

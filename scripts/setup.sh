@@ -3,7 +3,7 @@
 # Idempotent: does nothing when every package is already there.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git
-          nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libutf8proc-dev
+          nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libfmt-dev libspdlog-dev libpcre2-dev libutf8proc-dev
           libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3)
 missing=()
 for p in "${packages[@]}"; do

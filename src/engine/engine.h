@@ -26,6 +26,15 @@ struct ForwardHooks {
 struct EngineOptions {
   int64_t max_seqs = 64;
   int64_t max_ctx = 0;  // 0: the model's max_position_embeddings
+  int64_t kv_block = 16;  // tokens per KV-cache block (engines with a paged cache)
+  int64_t kv_tokens = 0;  // the KV pool's size in tokens, rounded up to blocks; 0: grown on demand
+};
+
+// The KV cache's block pool, for a scheduler's admission (all zero where the engine's cache is not pooled).
+struct KvUsage {
+  int64_t block_tokens = 0;  // tokens per block
+  int64_t blocks_total = 0;  // 0: no fixed pool (grown on demand)
+  int64_t blocks_used = 0;
 };
 
 // What every device's forward pass offers (CpuEngine here, CudaEngine in backends/cuda).
@@ -50,6 +59,8 @@ class Engine {
   // [total tokens, vocab] when all_logits. Token ids out of range, a sequence twice or context
   // overflow: InputError (nothing is appended then). The reference is valid until the next call.
   virtual const std::vector<float>& forward(std::span<const Item> items, bool all_logits = false) = 0;
+
+  virtual KvUsage kv_usage() const { return {}; }
 
   // Observers (may slow a device engine down: it copies what they see to the host).
   ForwardHooks hooks;

@@ -1,0 +1,251 @@
+// Two `tandem serve` instances behind HAProxy (Debian's `haproxy`) on loopback, routed by GET /health
+// (the configuration docs/serving.md shows), under load from concurrent clients; then one instance's
+// lane fails. Every request must either complete with the greedy reference answer or fail cleanly:
+// an HTTP error or a refused connection before its first token, or (a stream in flight on the failed
+// instance) an explicit error event / finish_reason "error". An answer that ends normally but is cut
+// short or differs from the reference fails the test, as does the failed instance staying in the pool.
+// The fault: its lane's peer process killed when the server runs one (a real trip: the server must
+// send error events and turn /health 503); else the whole server killed with SIGKILL, the only way to
+// fail it from outside (its in-flight streams can then only be cut by the transport, which the client
+// sees as an error; counted and reported). TANDEM_E2E_FAULT=kill|trip forces one.
+// Usage: node haproxy.mjs --tandem BIN --work DIR
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { check, fail, findTool, finish, freePort, options, skip, sleep, sseEvents, startProcess, startServer,
+         synthModel, tail } from "./lib/harness.mjs";
+
+const haproxyBin = findTool(process.env.HAPROXY || "haproxy", "/usr/sbin/haproxy");
+if (!haproxyBin) skip("no haproxy on PATH or in /usr/sbin (scripts/setup.sh installs Debian's haproxy; or set $HAPROXY)");
+const opt = options();
+const model = synthModel(opt.tandem, opt.work);
+const serverFlags = ["--served-model-name", "tiny-lb", "--max-seqs", "8"];
+const [a, b] = await Promise.all([
+  startServer({ tandem: opt.tandem, work: opt.work, model, name: "a", extra: serverFlags }),
+  startServer({ tandem: opt.tandem, work: opt.work, model, name: "b", extra: serverFlags }),
+]);
+
+// ---- HAProxy, with the configuration docs/serving.md shows (ports and paths filled in).
+const port = await freePort();
+const statsSock = path.join(opt.work, "haproxy.sock");
+const cfgFile = path.join(opt.work, "haproxy.cfg");
+fs.writeFileSync(cfgFile, `# Written by tests/e2e/haproxy.mjs; the same as docs/serving.md's example.
+global
+    stats socket ${statsSock} mode 600 level admin
+
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 300s
+    timeout server 300s
+    # A request its server refused, dropped unanswered or answered 503 (lane down, nothing generated)
+    # is sent again to another server; one already answering is never retried.
+    option http-buffer-request
+    retries 2
+    option redispatch 1
+    retry-on conn-failure empty-response 503
+
+frontend tandem
+    bind 127.0.0.1:${port}
+    default_backend tandem_servers
+
+backend tandem_servers
+    balance leastconn
+    option httpchk GET /health
+    http-check expect status 200
+    default-server inter 500ms fastinter 200ms downinter 1s fall 1 rise 2
+    server a 127.0.0.1:${a.port} check
+    server b 127.0.0.1:${b.port} check
+`);
+const haproxyLog = path.join(opt.work, "haproxy.log");
+const checkCfg = startProcess(haproxyBin, ["-c", "-f", cfgFile], haproxyLog);
+await new Promise((res) => checkCfg.once("exit", res));
+if (checkCfg.exitCode !== 0) fail(`haproxy -c rejects ${cfgFile}:\n${tail(haproxyLog)}`);
+const haproxy = startProcess(haproxyBin, ["-db", "-f", cfgFile], haproxyLog);
+const lb = `http://127.0.0.1:${port}`;
+
+// `show stat` on the admin socket: { a: "UP", b: "DOWN", ... } for the backend's servers.
+async function serverStates() {
+  const csv = await new Promise((res, rej) => {
+    const s = net.createConnection(statsSock);
+    let out = "";
+    s.on("connect", () => s.write("show stat\n"));
+    s.on("data", (d) => (out += d));
+    s.on("end", () => res(out));
+    s.on("error", rej);
+  });
+  const lines = csv.trim().split("\n");
+  const head = lines[0].replace(/^# /, "").split(",");
+  const states = {};
+  for (const l of lines.slice(1)) {
+    const f = l.split(",");
+    if (f[head.indexOf("pxname")] === "tandem_servers" && !["FRONTEND", "BACKEND"].includes(f[head.indexOf("svname")]))
+      states[f[head.indexOf("svname")]] = f[head.indexOf("status")];
+  }
+  return states;
+}
+async function waitStates(want, timeoutMs, what) {
+  const t0 = Date.now();
+  let last;
+  for (;;) {
+    try { last = await serverStates(); } catch (e) { last = String(e); }
+    if (Object.entries(want).every(([k, v]) => typeof last === "object" && String(last[k]).startsWith(v))) return Date.now() - t0;
+    if (haproxy.exitCode !== null) fail(`haproxy exited (${haproxy.exitCode}):\n${tail(haproxyLog)}`);
+    if (Date.now() - t0 > timeoutMs) throw new Error(`${what}: after ${timeoutMs} ms haproxy says ${JSON.stringify(last)}`);
+    await sleep(50);
+  }
+}
+await waitStates({ a: "UP", b: "UP" }, 20000, "both servers up").catch((e) => fail(`${e.message}\n${tail(haproxyLog)}`));
+console.log(`haproxy: ${lb} in front of a (${a.url}) and b (${b.url}); config ${cfgFile}`);
+
+// ---- The reference: each prompt's greedy answer, asked of b directly.
+const prompts = ["Tell me about load balancers.", "What is a lane?", "Count to ten.", "Write a haiku about caches.",
+                 "Why is the sky blue?", "List three prime numbers."];
+const maxTokens = 16;
+const body = (i, stream) => JSON.stringify({ model: "tiny-lb", messages: [{ role: "user", content: prompts[i] }],
+                                             max_tokens: maxTokens, temperature: 0, stream });
+const reference = [];
+for (let i = 0; i < prompts.length; i++) {
+  const r = await fetch(`${b.url}/v1/chat/completions`, { method: "POST", headers: { "Content-Type": "application/json" }, body: body(i, false) });
+  if (r.status !== 200) fail(`reference request ${i}: HTTP ${r.status} ${await r.text()}`);
+  const c = (await r.json()).choices[0];
+  reference.push({ text: c.message.content, finish: c.finish_reason });
+}
+
+// One request through HAProxy, classified:
+//   complete      200, whole answer, finish length|stop ([DONE] when streamed), text equals the reference
+//   refused       an HTTP error status, or no response at all (connection refused/reset before headers)
+//   error-event   streamed tokens, then an explicit error (an error event or finish_reason "error")
+//   transport-cut streamed tokens, then the connection broke (the client's HTTP library raised it)
+//   WRONG         anything else: a normal-looking end that is short, lacks [DONE] or finish_reason,
+//                 or a complete answer that differs from the reference
+async function request(i, stream) {
+  let res;
+  try {
+    res = await fetch(`${lb}/v1/chat/completions`, { method: "POST", headers: { "Content-Type": "application/json" }, body: body(i, stream) });
+  } catch (e) {
+    return { kind: "refused", why: `no response: ${e.cause?.code || e.message}` };
+  }
+  if (res.status !== 200) {
+    const text = await res.text().catch((e) => `(body unreadable: ${e.message})`);
+    return { kind: "refused", why: `HTTP ${res.status}`, status: res.status, body: text.slice(0, 200) };
+  }
+  const ref = reference[i];
+  if (!stream) {
+    let j;
+    try { j = await res.json(); } catch (e) { return { kind: "WRONG", why: `a 200 whose body did not parse: ${e.message}` }; }
+    const c = j.choices?.[0];
+    if (c?.finish_reason === "error") return { kind: "WRONG", why: "a 200 with finish_reason error (a whole answer that failed must be an HTTP error)" };
+    if (c?.message?.content !== ref.text || c?.finish_reason !== ref.finish)
+      return { kind: "WRONG", why: `answer ${JSON.stringify(c?.message?.content)} (${c?.finish_reason}) != reference ${JSON.stringify(ref.text)}` };
+    return { kind: "complete" };
+  }
+  let text = "", finishReason = null, done = false, tokens = 0, errorEvent = null;
+  try {
+    for await (const data of sseEvents(res.body)) {
+      if (data === "[DONE]") { done = true; continue; }
+      const chunk = JSON.parse(data);
+      if (chunk.error) { errorEvent = chunk.error.message || JSON.stringify(chunk.error); continue; }
+      for (const c of chunk.choices || []) {
+        if (c.delta?.content) { text += c.delta.content; tokens++; }
+        if (c.finish_reason) finishReason = c.finish_reason;
+      }
+    }
+  } catch (e) {
+    if (errorEvent || finishReason === "error") return { kind: "error-event", why: errorEvent || "finish_reason error", tokens };
+    return { kind: tokens ? "transport-cut" : "refused", why: `stream broke after ${tokens} chunks: ${e.cause?.code || e.message}`, tokens };
+  }
+  if (errorEvent || finishReason === "error") return { kind: "error-event", why: errorEvent || "finish_reason error", tokens };
+  if (!done || !finishReason) return { kind: "WRONG", why: `the stream ended normally without ${done ? "a finish_reason" : "[DONE]"} after ${tokens} chunks: ${JSON.stringify(text)}` };
+  if (text !== ref.text || finishReason !== ref.finish)
+    return { kind: "WRONG", why: `streamed ${JSON.stringify(text)} (${finishReason}) != reference ${JSON.stringify(ref.text)}` };
+  return { kind: "complete" };
+}
+
+// ---- Load: `workers` clients in a loop, streamed and whole requests alternating.
+const results = [];
+let running = true, faultAt = null;
+async function worker(w) {
+  for (let n = 0; running; n++) {
+    const i = (w + n) % prompts.length, stream = (w + n) % 2 === 0, t = Date.now();
+    const r = await request(i, stream);
+    results.push({ ...r, stream, start: t, end: Date.now() });
+  }
+}
+const workers = Array.from({ length: 6 }, (_, w) => worker(w));
+
+await check("under load both servers answer through HAProxy, every answer equal to the reference", async () => {
+  await sleep(1500);
+  const before = results.slice();
+  assert.ok(before.length >= 6, `only ${before.length} requests finished in 1.5 s`);
+  const notComplete = before.filter((r) => r.kind !== "complete");
+  assert.deepEqual(notComplete, [], "before the fault every request completes");
+});
+
+// The fault, taken while a has sequences running (its own /metrics says so).
+const peers = childPids(a.proc.pid);
+const mode = process.env.TANDEM_E2E_FAULT || (peers.length ? "trip" : "kill");
+function childPids(pid) {
+  const out = [];
+  for (const d of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, "utf8");
+      if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid) out.push(Number(d));
+    } catch {}
+  }
+  return out;
+}
+async function runningOn(server) {
+  try {
+    const m = await (await fetch(`${server.url}/metrics`, { signal: AbortSignal.timeout(1000) })).text();
+    return Number(/^tandem_running_sequences (\S+)/m.exec(m)?.[1] || 0);
+  } catch { return 0; }
+}
+
+await check(`fault (${mode}) on a under load: it leaves the pool, b serves on`, async () => {
+  if (mode === "trip") assert.ok(peers.length, "trip needs a lane with a peer process to kill; a has no child process");
+  for (let t0 = Date.now(); (await runningOn(a)) < 1; await sleep(5))
+    assert.ok(Date.now() - t0 < 10000, "a never had a sequence running under the load");
+  faultAt = Date.now();
+  if (mode === "trip") {
+    for (const p of peers) process.kill(p, "SIGKILL");
+    console.log(`     killed a's peer process(es) ${peers.join(", ")} while a had sequences running`);
+  } else {
+    a.proc.kill("SIGKILL");
+    console.log(`     killed server a (pid ${a.proc.pid}) with SIGKILL while it had sequences running`);
+  }
+  const downMs = await waitStates({ a: "DOWN", b: "UP" }, 15000, "a out of the pool");
+  console.log(`     haproxy marked a DOWN ${downMs} ms after the fault`);
+  if (mode === "trip") {
+    const h = await fetch(`${a.url}/health`);
+    assert.equal(h.status, 503, "a tripped server's /health answers 503");
+  }
+  const downAt = Date.now();
+  await sleep(2000);
+  const after = results.filter((r) => r.start > downAt);
+  assert.ok(after.length >= 4, `only ${after.length} requests started after a left the pool`);
+  assert.deepEqual(after.filter((r) => r.kind !== "complete"), [], "after a left the pool every request completes (on b)");
+});
+
+running = false;
+await Promise.all(workers);
+
+await check("no request was cut short silently or answered wrongly", async () => {
+  const count = {};
+  for (const r of results) count[r.kind] = (count[r.kind] || 0) + 1;
+  console.log(`     ${results.length} requests: ${JSON.stringify(count)}`);
+  for (const r of results.filter((r) => r.kind !== "complete"))
+    console.log(`     ${r.kind} (${r.stream ? "streamed" : "whole"}, ${r.start - faultAt} ms after the fault): ${r.why}${r.body ? ` ${r.body}` : ""}`);
+  assert.deepEqual(results.filter((r) => r.kind === "WRONG"), []);
+  if (mode === "trip")
+    assert.deepEqual(results.filter((r) => r.kind === "transport-cut"), [],
+                     "a tripped server is alive: it must end its streams with an error event, not a broken connection");
+  const early = results.filter((r) => r.kind !== "complete" && r.end < faultAt);
+  assert.deepEqual(early, [], "nothing failed before the fault");
+});
+
+haproxy.kill("SIGTERM");
+for (const s of [a, b]) console.log(`${s.name}: stopped (${await s.stop()})`);
+finish();

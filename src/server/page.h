@@ -1,6 +1,6 @@
 // The operator's page that `tandem serve` answers at `/`: the lane at a glance (state, throughput,
-// waits, KV use, cold share per layer, refreshed from /metrics and /health) and a chat box that streams
-// from /v1/chat/completions. Its source is src/server/page/index.html (HTML, CSS and JS in one file, no
+// waits, KV use, cold share; refreshed from /metrics and /health) and a chat box that streams from
+// /v1/chat/completions. Its source is src/server/page/index.html (HTML, CSS and JS in one file, no
 // CDN); cmake/embed.cmake compiles its bytes into the binary, so a server needs no files beside it.
 #pragma once
 

@@ -1,30 +1,38 @@
 // Two `tandem serve` instances behind HAProxy (Debian's `haproxy`) on loopback, routed by GET /health
 // (the configuration docs/serving.md shows), under load from concurrent clients; then one instance's
-// lane fails. Every request must either complete with the greedy reference answer or fail cleanly:
-// an HTTP error or a refused connection before its first token, or (a stream in flight on the failed
+// lane trips. Every request must either complete with the greedy reference answer or fail cleanly:
+// an HTTP error or a refused connection before its first token, or (a stream in flight on the tripped
 // instance) an explicit error event / finish_reason "error". An answer that ends normally but is cut
-// short or differs from the reference fails the test, as does the failed instance staying in the pool.
-// The fault: its lane's peer process killed when the server runs one (a real trip: the server must
-// send error events and turn /health 503); else the whole server killed with SIGKILL, the only way to
-// fail it from outside (its in-flight streams can then only be cut by the transport, which the client
-// sees as an error; counted and reported). TANDEM_E2E_FAULT=kill|trip forces one.
+// short or differs from the reference fails the test, as does the tripped instance staying in the pool.
+// Both servers run the peer lane, each with its own `tandem peer`; the fault kills server a's peer
+// with SIGKILL while a has sequences running: a real trip (the primary sees its peer gone), after
+// which a must end its streams with an error event and answer /health with 503. TANDEM_E2E_FAULT=kill
+// instead kills server a itself (SIGKILL): then its in-flight streams can only be cut by the transport,
+// which the client sees as an error; counted and reported, not failed.
 // Usage: node haproxy.mjs --tandem BIN --work DIR
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
-import { check, fail, findTool, finish, freePort, options, skip, sleep, sseEvents, startProcess, startServer,
-         synthModel, tail } from "./lib/harness.mjs";
+import { check, fail, findTool, finish, freePort, makeRowmap, options, skip, sleep, sseEvents, startPeer, startProcess,
+         startServer, synthModel, tail } from "./lib/harness.mjs";
 
 const haproxyBin = findTool(process.env.HAPROXY || "haproxy", "/usr/sbin/haproxy");
 if (!haproxyBin) skip("no haproxy on PATH or in /usr/sbin (scripts/setup.sh installs Debian's haproxy; or set $HAPROXY)");
+const mode = process.env.TANDEM_E2E_FAULT || "trip";
+if (!["trip", "kill"].includes(mode)) fail(`TANDEM_E2E_FAULT=${mode}: trip or kill`);
 const opt = options();
 const model = synthModel(opt.tandem, opt.work);
-const serverFlags = ["--served-model-name", "tiny-lb", "--max-seqs", "8"];
-const [a, b] = await Promise.all([
-  startServer({ tandem: opt.tandem, work: opt.work, model, name: "a", extra: serverFlags }),
-  startServer({ tandem: opt.tandem, work: opt.work, model, name: "b", extra: serverFlags }),
-]);
+const rowmap = makeRowmap(opt.tandem, opt.work, model);
+// Lane names are per run, so parallel runs never meet; their segments are removed at the end.
+const lanes = { a: `e2e${process.pid}a`, b: `e2e${process.pid}b` };
+const peers = {};
+for (const k of ["a", "b"]) peers[k] = await startPeer({ tandem: opt.tandem, work: opt.work, model, rowmap, lane: lanes[k] });
+const serverFlags = (k) => ["--served-model-name", "tiny-lb", "--max-seqs", "8", "--prefill-chunk", "64", "--threads", "1",
+                            "--lane", "peer", "--peer", lanes[k], "--rowmap", rowmap];
+const [a, b] = await Promise.all(["a", "b"].map((k) =>
+  startServer({ tandem: opt.tandem, work: opt.work, model, name: k, extra: serverFlags(k) })));
+process.on("exit", () => { for (const l of Object.values(lanes)) fs.rmSync(`/dev/shm/tandem-${l}`, { force: true }); });
 
 // ---- HAProxy, with the configuration docs/serving.md shows (ports and paths filled in).
 const port = await freePort();
@@ -175,28 +183,28 @@ async function worker(w) {
 }
 const workers = Array.from({ length: 6 }, (_, w) => worker(w));
 
+// Waits (no timing assertion: a slow machine only waits longer) until `pred()` holds.
+async function waitUntil(pred, what, timeoutMs = 120000) {
+  for (const t0 = Date.now(); !pred(); await sleep(50))
+    if (Date.now() - t0 > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+// 200s a server sent on /v1/chat/completions, from its own /metrics.
+async function answered(server) {
+  const m = await (await fetch(`${server.url}/metrics`)).text();
+  return Number(/^tandem_requests_total\{endpoint="\/v1\/chat\/completions",status="200"\} (\S+)/m.exec(m)?.[1] || 0);
+}
+
 await check("under load both servers answer through HAProxy, every answer equal to the reference", async () => {
-  await sleep(1500);
+  await waitUntil(() => results.length >= 24, "24 requests through HAProxy");
   const before = results.slice();
-  assert.ok(before.length >= 6, `only ${before.length} requests finished in 1.5 s`);
   const notComplete = before.filter((r) => r.kind !== "complete");
   assert.deepEqual(notComplete, [], "before the fault every request completes");
+  // a had no request but through HAProxy; b had the references directly.
+  const [na, nb] = [await answered(a), await answered(b)];
+  assert.ok(na >= 1 && nb > prompts.length, `HAProxy used both servers: a answered ${na}, b ${nb - prompts.length} (beside the references)`);
 });
 
 // The fault, taken while a has sequences running (its own /metrics says so).
-const peers = childPids(a.proc.pid);
-const mode = process.env.TANDEM_E2E_FAULT || (peers.length ? "trip" : "kill");
-function childPids(pid) {
-  const out = [];
-  for (const d of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${d}/stat`, "utf8");
-      if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid) out.push(Number(d));
-    } catch {}
-  }
-  return out;
-}
 async function runningOn(server) {
   try {
     const m = await (await fetch(`${server.url}/metrics`, { signal: AbortSignal.timeout(1000) })).text();
@@ -205,13 +213,12 @@ async function runningOn(server) {
 }
 
 await check(`fault (${mode}) on a under load: it leaves the pool, b serves on`, async () => {
-  if (mode === "trip") assert.ok(peers.length, "trip needs a lane with a peer process to kill; a has no child process");
   for (let t0 = Date.now(); (await runningOn(a)) < 1; await sleep(5))
     assert.ok(Date.now() - t0 < 10000, "a never had a sequence running under the load");
   faultAt = Date.now();
   if (mode === "trip") {
-    for (const p of peers) process.kill(p, "SIGKILL");
-    console.log(`     killed a's peer process(es) ${peers.join(", ")} while a had sequences running`);
+    peers.a.kill("SIGKILL");
+    console.log(`     killed a's peer (pid ${peers.a.pid}) with SIGKILL while a had sequences running`);
   } else {
     a.proc.kill("SIGKILL");
     console.log(`     killed server a (pid ${a.proc.pid}) with SIGKILL while it had sequences running`);
@@ -221,11 +228,12 @@ await check(`fault (${mode}) on a under load: it leaves the pool, b serves on`, 
   if (mode === "trip") {
     const h = await fetch(`${a.url}/health`);
     assert.equal(h.status, 503, "a tripped server's /health answers 503");
+    console.log(`     a's /health: ${h.status} ${await h.text()}`);
+    assert.equal(a.proc.exitCode, null, "a tripped server keeps running (it answers /health)");
   }
   const downAt = Date.now();
-  await sleep(2000);
+  await waitUntil(() => results.filter((r) => r.start > downAt).length >= 24, "24 requests begun after a left the pool");
   const after = results.filter((r) => r.start > downAt);
-  assert.ok(after.length >= 4, `only ${after.length} requests started after a left the pool`);
   assert.deepEqual(after.filter((r) => r.kind !== "complete"), [], "after a left the pool every request completes (on b)");
 });
 
@@ -248,4 +256,5 @@ await check("no request was cut short silently or answered wrongly", async () =>
 
 haproxy.kill("SIGTERM");
 for (const s of [a, b]) console.log(`${s.name}: stopped (${await s.stop()})`);
+for (const [k, p] of Object.entries(peers)) if (p.exitCode === null && p.signalCode === null) p.kill("SIGTERM");
 finish();

@@ -11,7 +11,8 @@ export const kSkip = 77;
 export const e2eDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 export const sourceDir = path.resolve(e2eDir, "..", "..");
 
-// --tandem PATH (the binary) and --work DIR (this test's scratch folder, emptied first).
+// --tandem PATH (the binary), --work DIR (this test's scratch folder, emptied first) and optionally
+// --artifacts DIR (where files worth keeping go, e.g. a screenshot; created, not emptied; default WORK).
 export function options() {
   const major = Number(process.versions.node.split(".")[0]);
   if (major < 18) skip(`node ${process.versions.node} is too old: the tests need 18 or later (fetch, web streams)`);
@@ -25,6 +26,8 @@ export function options() {
   if (!o.work) fail("--work DIR is required");
   fs.rmSync(o.work, { recursive: true, force: true });
   fs.mkdirSync(o.work, { recursive: true });
+  o.artifacts ??= o.work;
+  fs.mkdirSync(o.artifacts, { recursive: true });
   return o;
 }
 
@@ -115,6 +118,33 @@ export function synthModel(tandem, work, preset = "tiny") {
   const r = spawnSync(tandem, ["synth", "--preset", preset, "--out", out], { encoding: "utf8" });
   if (r.status !== 0) fail(`tandem synth --preset ${preset} failed (exit ${r.status}): ${r.stderr}`);
   return out;
+}
+
+// A rowmap for `model` with `cold` of its experts per MoE layer cold: the repo's docs as the corpus,
+// profiled briefly (`tandem corpus`, `profile`, `plan`, as docs/quickstart.md does). Returns its path.
+export function makeRowmap(tandem, work, model, cold = 8) {
+  const corpus = path.join(work, "corpus.jsonl"), stats = path.join(work, "stats.json"), rowmap = path.join(work, "rowmap.json");
+  for (const args of [["corpus", path.join(sourceDir, "docs"), "--out", corpus],
+                      ["profile", "--model", model, "--corpus", corpus, "--max-tokens-per-kind", "300", "--threads", "1", "--out", stats],
+                      ["plan", "--model", model, "--stats", stats, "--cold-per-layer", String(cold), "--out", rowmap]]) {
+    const r = spawnSync(tandem, args, { encoding: "utf8" });
+    if (r.status !== 0) fail(`tandem ${args.join(" ")} failed (exit ${r.status}): ${r.stderr}`);
+  }
+  return rowmap;
+}
+
+// `tandem peer` for lane `lane`, waited for until it logs that it serves. Returns its ChildProcess.
+export async function startPeer({ tandem, work, model, rowmap, lane, timeoutMs = 60000 }) {
+  const log = path.join(work, `peer-${lane}.log`);
+  const args = ["peer", "--model", model, "--rowmap", rowmap, "--lane", lane, "--threads", "1"];
+  fs.writeFileSync(log, `$ ${tandem} ${args.join(" ")}\n`);
+  const proc = startProcess(tandem, args, log);
+  for (const t0 = Date.now(); !/lane \S+ serving|: serving/.test(fs.readFileSync(log, "utf8")); await sleep(100)) {
+    if (proc.exitCode !== null || proc.signalCode !== null) fail(`peer ${lane} exited early:\n${tail(log)}`);
+    if (Date.now() - t0 > timeoutMs) fail(`peer ${lane} not serving after ${timeoutMs} ms:\n${tail(log)}`);
+  }
+  console.log(`peer ${lane}: serving (pid ${proc.pid}, log ${log})`);
+  return proc;
 }
 
 // A real chat template for the synthetic model (it ships none): Qwen3's, from the repo's fixtures.

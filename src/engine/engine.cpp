@@ -117,21 +117,13 @@ KvCacheFull::KvCacheFull(int64_t needed, int64_t free, int64_t total, int64_t bl
       blocks_needed(needed),
       blocks_free(free) {}
 
-namespace {
-KvCacheShape kv_shape(const ModelConfig& c) {
-  const int64_t kw = c.mla ? c.kv_lora_rank : c.n_head_kv * c.head_dim;
-  const int64_t vw = c.mla ? c.qk_rope_head_dim : c.n_head_kv * c.head_dim;
-  return {c.n_layer, kw, vw};
-}
-}  // namespace
-
 CpuEngine::CpuEngine(const Model& model, EngineOptions options, ExpertExecutor* experts, ThreadPool* pool)
     : model_(model),
       options_(options),
       local_experts_(model, pool ? *pool : global_pool()),
       experts_(experts ? experts : &local_experts_),
       pool_(pool ? *pool : global_pool()),
-      kv_(kv_shape(model.cfg), options.kv_block, options.kv_tokens, options.kv_dtype, std::max<int64_t>(1, options.max_seqs)) {
+      kv_(kv_cache_shape(model.cfg), options.kv_block, options.kv_tokens, options.kv_dtype, std::max<int64_t>(1, options.max_seqs)) {
   const auto& c = model_.cfg;
   if (options_.max_seqs < 1) fail("max sequences must be at least 1, got {}", options_.max_seqs);
   if (options_.max_ctx <= 0) options_.max_ctx = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;

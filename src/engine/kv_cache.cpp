@@ -9,12 +9,36 @@
 
 namespace tandem {
 
-KvCache::KvCache(KvCacheShape shape, int64_t block_tokens, int64_t pool_tokens, DType dtype, int64_t max_seqs)
-    : shape_(shape), block_tokens_(block_tokens), dtype_(dtype), fixed_(pool_tokens > 0) {
+namespace {
+void check_options(int64_t block_tokens, DType dtype) {
   if (block_tokens < 1) fail("KV block size must be at least 1 token, got {}", block_tokens);
-  if (pool_tokens < 0) fail("KV pool size must be >= 0 tokens (0: grown on demand), got {}", pool_tokens);
   if (dtype != DType::kF32 && dtype != DType::kBF16)
     fail("KV cache dtype must be F32 or BF16, got {}", dtype_name(dtype));
+}
+}  // namespace
+
+KvCacheShape kv_cache_shape(const ModelConfig& c) {
+  const int64_t kw = c.mla ? c.kv_lora_rank : c.n_head_kv * c.head_dim;
+  const int64_t vw = c.mla ? c.qk_rope_head_dim : c.n_head_kv * c.head_dim;
+  return {c.n_layer, kw, vw};
+}
+
+size_t kv_block_bytes(const KvCacheShape& shape, int64_t block_tokens, DType dtype) {
+  TANDEM_ASSERT(dtype == DType::kF32 || dtype == DType::kBF16, "KV dtype {}", dtype_name(dtype));
+  return size_t(shape.n_layer) * size_t(block_tokens) * size_t(shape.k_width + shape.v_width) * dtype_size(dtype);
+}
+
+int64_t kv_tokens_in_bytes(const ModelConfig& cfg, DType dtype, int64_t block_tokens, uint64_t bytes) {
+  check_options(block_tokens, dtype);
+  const size_t block = kv_block_bytes(kv_cache_shape(cfg), block_tokens, dtype);
+  TANDEM_ASSERT(block > 0, "model with no KV rows ({} layers)", cfg.n_layer);
+  return int64_t(bytes / block) * block_tokens;
+}
+
+KvCache::KvCache(KvCacheShape shape, int64_t block_tokens, int64_t pool_tokens, DType dtype, int64_t max_seqs)
+    : shape_(shape), block_tokens_(block_tokens), dtype_(dtype), fixed_(pool_tokens > 0) {
+  check_options(block_tokens, dtype);
+  if (pool_tokens < 0) fail("KV pool size must be >= 0 tokens (0: grown on demand), got {}", pool_tokens);
   TANDEM_ASSERT(shape.n_layer > 0 && shape.k_width > 0 && shape.v_width > 0 && max_seqs > 0,
                 "KV cache shape {} layers, widths {} / {}, {} sequences", shape.n_layer, shape.k_width,
                 shape.v_width, max_seqs);
@@ -22,6 +46,7 @@ KvCache::KvCache(KvCacheShape shape, int64_t block_tokens, int64_t pool_tokens, 
   k_bytes_ = size_t(block_tokens) * size_t(shape.k_width) * elt_;
   layer_bytes_ = k_bytes_ + size_t(block_tokens) * size_t(shape.v_width) * elt_;
   block_bytes_ = layer_bytes_ * size_t(shape.n_layer);
+  TANDEM_ASSERT(block_bytes_ == kv_block_bytes(shape, block_tokens, dtype), "KV block layout");
   tables_.resize(size_t(max_seqs));
   if (fixed_) {
     const int64_t n = blocks_for(pool_tokens);
@@ -67,8 +92,10 @@ bool KvCache::reserve(int seq, int64_t tokens) {
   if (need == 0) return true;
   if (int64_t(free_.size()) < need) {
     if (fixed_) return false;
-    // Grow at least geometrically so that a long prompt or many sequences cost few chunks.
-    grow(std::max(need - int64_t(free_.size()), std::max<int64_t>(16, blocks_total())));
+    // Grow geometrically, and by at least 256 tokens, so that a long prompt or many sequences cost
+    // few chunks; never by less than the step needs.
+    const int64_t at_least = std::max(blocks_total(), blocks_for(256));
+    grow(std::max(need - int64_t(free_.size()), at_least));
   }
   auto& t = tables_[size_t(seq)];
   for (int64_t i = 0; i < need; ++i) t.push_back(take_block());

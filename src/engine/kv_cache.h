@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "io/config.h"
 
 namespace tandem {
 
@@ -18,6 +19,18 @@ struct KvCacheShape {
   int64_t k_width = 0;  // floats per K row (GQA: n_head_kv * head_dim; MLA: kv_lora_rank)
   int64_t v_width = 0;  // floats per V row (GQA: n_head_kv * head_dim; MLA: qk_rope_head_dim)
 };
+
+// The rows a model caches per token and layer: GQA K and V [n_head_kv * head_dim]; MLA the latent
+// [kv_lora_rank] as K and the rotary key [qk_rope_head_dim] as V.
+KvCacheShape kv_cache_shape(const ModelConfig& cfg);
+
+// Bytes of one block of block_tokens tokens, all layers, at dtype (kF32 or kBF16; asserted).
+size_t kv_block_bytes(const KvCacheShape& shape, int64_t block_tokens, DType dtype);
+
+// How many tokens a pool of `bytes` holds for the model: whole blocks of block_tokens tokens at dtype,
+// so a multiple of block_tokens (0 when not one block fits). Passing the result as kv_tokens makes a
+// pool of at most `bytes`. block_tokens < 1 or a dtype other than kF32 / kBF16: InputError.
+int64_t kv_tokens_in_bytes(const ModelConfig& cfg, DType dtype, int64_t block_tokens, uint64_t bytes);
 
 class KvCache {
  public:

@@ -1,6 +1,6 @@
 // The paged KV cache's allocator and storage (engine/kv_cache.h) without a model: blocks handed out and
 // returned, a fixed pool's exhaustion, reuse of freed blocks, no leak over many add/remove cycles, rows
-// read back from the right block of the right sequence, bf16 rounding on write.
+// read back from the right block of the right sequence, bf16 rounding on write; the sizing helper.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "engine/kv_cache.h"
+#include "placement/memory_model.h"
 
 namespace tandem {
 namespace {
@@ -180,6 +181,60 @@ TEST(KvCache, BadOptionsAreInputErrors) {
   EXPECT_THROW(KvCache(kShape, 0, 16, DType::kF32, 1), InputError);
   EXPECT_THROW(KvCache(kShape, 16, -1, DType::kF32, 1), InputError);
   EXPECT_THROW(KvCache(kShape, 16, 16, DType::kF16, 1), InputError);
+}
+
+ModelConfig gqa_config() {
+  ModelConfig c;
+  c.n_layer = 3;
+  c.n_head_kv = 2;
+  c.head_dim = 16;
+  return c;
+}
+
+ModelConfig mla_config() {
+  ModelConfig c;
+  c.n_layer = 4;
+  c.mla = true;
+  c.kv_lora_rank = 32;
+  c.qk_rope_head_dim = 8;
+  c.n_head_kv = 4;  // unused by MLA's cache
+  c.head_dim = 24;
+  return c;
+}
+
+TEST(KvCacheSizing, ShapesAreWhatThePlannerCounts) {
+  EXPECT_EQ(kv_cache_shape(gqa_config()).k_width, 32);
+  EXPECT_EQ(kv_cache_shape(gqa_config()).v_width, 32);
+  EXPECT_EQ(kv_cache_shape(mla_config()).k_width, 32);
+  EXPECT_EQ(kv_cache_shape(mla_config()).v_width, 8);
+  for (const ModelConfig& c : {gqa_config(), mla_config()})
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      EXPECT_EQ(kv_block_bytes(kv_cache_shape(c), 16, dt), 16 * kv_bytes_per_token(c, dt));
+      KvCache kv(kv_cache_shape(c), 16, 16, dt, 1);
+      EXPECT_EQ(kv.block_bytes(), 16 * kv_bytes_per_token(c, dt));
+    }
+}
+
+TEST(KvCacheSizing, TokensInBytesCountsWholeBlocks) {
+  const ModelConfig c = gqa_config();
+  const uint64_t per_token_bf16 = 3 * 64 * 2;  // 3 layers × (K 32 + V 32) × 2 bytes
+  ASSERT_EQ(kv_bytes_per_token(c, DType::kBF16), per_token_bf16);
+  EXPECT_EQ(kv_tokens_in_bytes(c, DType::kBF16, 16, 10 * 16 * per_token_bf16), 160);
+  EXPECT_EQ(kv_tokens_in_bytes(c, DType::kBF16, 16, 10 * 16 * per_token_bf16 - 1), 144);  // a partial block does not count
+  EXPECT_EQ(kv_tokens_in_bytes(c, DType::kF32, 16, 10 * 16 * per_token_bf16), 80);      // f32: half the tokens
+  EXPECT_EQ(kv_tokens_in_bytes(c, DType::kBF16, 16, 16 * per_token_bf16 - 1), 0);
+  EXPECT_EQ(kv_tokens_in_bytes(c, DType::kBF16, 1, 7 * per_token_bf16 + 5), 7);
+  // 64 GiB of an MLA model's bf16 KV: 2^36 / (4 × 40 × 2) = 214748364.8 tokens, whole blocks of 16.
+  EXPECT_EQ(kv_tokens_in_bytes(mla_config(), DType::kBF16, 16, uint64_t(64) << 30), 214748352);
+  // The result as kv_tokens makes a pool within the bytes.
+  for (uint64_t bytes : {uint64_t(100000), uint64_t(123457), uint64_t(1) << 20}) {
+    const int64_t tokens = kv_tokens_in_bytes(c, DType::kBF16, 16, bytes);
+    KvCache kv(kv_cache_shape(c), 16, tokens, DType::kBF16, 1);
+    EXPECT_LE(uint64_t(kv.blocks_total()) * kv.block_bytes(), bytes);
+    EXPECT_GT(uint64_t(kv.blocks_total() + 1) * kv.block_bytes(), bytes);
+  }
+  EXPECT_THROW(kv_tokens_in_bytes(c, DType::kBF16, 0, 1000), InputError);
+  EXPECT_THROW(kv_tokens_in_bytes(c, DType::kF16, 16, 1000), InputError);
 }
 
 }  // namespace

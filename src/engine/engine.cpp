@@ -85,10 +85,22 @@ void softmax(float* s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) s[i] *= inv;
 }
 
-float dot(const float* a, const float* b, int64_t n) {
+// KV rows as stored: f32, or bf16 bit patterns widened on read (exact).
+inline float kv_at(const float* p, int64_t i) { return p[i]; }
+inline float kv_at(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
+
+// Σ q[i] · k[i] in index order (for f32 storage, the arithmetic of the unpaged cache it replaced).
+template <class S>
+inline float dot_kv(const float* q, const S* k, int64_t n) {
   float acc = 0.0f;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  for (int64_t i = 0; i < n; ++i) acc += q[i] * kv_at(k, i);
   return acc;
+}
+
+// o[i] += a · v[i].
+template <class S>
+inline void axpy_kv(float a, const S* v, int64_t n, float* o) {
+  for (int64_t i = 0; i < n; ++i) o[i] += a * kv_at(v, i);
 }
 
 thread_local std::vector<float> t_scratch;
@@ -99,13 +111,21 @@ float* scratch(size_t n) {
 
 }  // namespace
 
+KvCacheFull::KvCacheFull(int64_t needed, int64_t free, int64_t total, int64_t block_tokens)
+    : InputError(fmt::format("KV cache full: this step needs {} more blocks of {} tokens, {} of the pool's {} are free",
+                             needed, block_tokens, free, total)),
+      blocks_needed(needed),
+      blocks_free(free) {}
+
 CpuEngine::CpuEngine(const Model& model, EngineOptions options, ExpertExecutor* experts, ThreadPool* pool)
     : model_(model),
       options_(options),
       local_experts_(model, pool ? *pool : global_pool()),
       experts_(experts ? experts : &local_experts_),
-      pool_(pool ? *pool : global_pool()) {
+      pool_(pool ? *pool : global_pool()),
+      kv_(kv_cache_shape(model.cfg), options.kv_block, options.kv_tokens, options.kv_dtype, std::max<int64_t>(1, options.max_seqs)) {
   const auto& c = model_.cfg;
+  if (options_.max_seqs < 1) fail("max sequences must be at least 1, got {}", options_.max_seqs);
   if (options_.max_ctx <= 0) options_.max_ctx = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
   rope_ = Rope(c, c.mla ? c.qk_rope_head_dim : c.head_dim);
   seqs_.resize(size_t(options_.max_seqs));
@@ -116,7 +136,6 @@ int CpuEngine::add_sequence() {
     if (seqs_[i].live) continue;
     seqs_[i].live = true;
     seqs_[i].len = 0;
-    seqs_[i].layers.resize(size_t(model_.cfg.n_layer));
     return int(i);
   }
   fail("all {} sequence slots are in use", seqs_.size());
@@ -126,28 +145,18 @@ void CpuEngine::remove_sequence(int seq) {
   TANDEM_ASSERT(seq >= 0 && size_t(seq) < seqs_.size() && seqs_[size_t(seq)].live, "bad sequence {}", seq);
   seqs_[size_t(seq)].live = false;
   seqs_[size_t(seq)].len = 0;
+  kv_.trim(seq, 0);
 }
 
 int64_t CpuEngine::seq_len(int seq) const { return seqs_[size_t(seq)].len; }
 
-void CpuEngine::reserve(Sequence& s, int64_t len) {
-  if (len <= s.cap) return;
-  const auto& c = model_.cfg;
-  int64_t cap = std::min(options_.max_ctx, std::max({len, 2 * s.cap, int64_t(64)}));
-  const int64_t kw = c.mla ? c.kv_lora_rank : c.n_head_kv * c.head_dim;
-  const int64_t vw = c.mla ? c.qk_rope_head_dim : c.n_head_kv * c.head_dim;
-  for (auto& lc : s.layers) {
-    lc.k.resize(size_t(cap * kw));
-    lc.v.resize(size_t(cap * vw));
-  }
-  s.cap = cap;
+KvUsage CpuEngine::kv_usage() const {
+  return {kv_.block_tokens(), kv_.fixed() ? kv_.blocks_total() : 0, kv_.blocks_used()};
 }
 
 const std::vector<float>& CpuEngine::forward(std::span<const Item> items, bool all_logits) {
   const auto& c = model_.cfg;
-  const int64_t H = c.hidden_size;
   // Validate everything before touching any state.
-  int64_t n = 0;
   std::vector<bool> seen(seqs_.size(), false);
   for (const auto& it : items) {
     if (it.seq < 0 || size_t(it.seq) >= seqs_.size() || !seqs_[size_t(it.seq)].live)
@@ -161,8 +170,32 @@ const std::vector<float>& CpuEngine::forward(std::span<const Item> items, bool a
     if (s.len + int64_t(it.tokens.size()) > options_.max_ctx)
       fail("sequence {}: {} tokens exceed the context limit of {}", it.seq, s.len + int64_t(it.tokens.size()),
            options_.max_ctx);
-    n += int64_t(it.tokens.size());
   }
+  int64_t blocks_needed = 0;
+  for (const auto& it : items)
+    blocks_needed += kv_.blocks_needed(it.seq, seqs_[size_t(it.seq)].len + int64_t(it.tokens.size()));
+  if (blocks_needed > kv_.blocks_free())
+    throw KvCacheFull(blocks_needed, kv_.blocks_free(), kv_.blocks_total(), kv_.block_tokens());
+  // From here on a failure (an expert lane, an allocation) returns the blocks this step took.
+  try {
+    for (const auto& it : items) {
+      const bool ok = kv_.reserve(it.seq, seqs_[size_t(it.seq)].len + int64_t(it.tokens.size()));
+      TANDEM_ASSERT(ok, "KV reserve failed after the free-block check");
+    }
+    run_layers(items);
+  } catch (...) {
+    for (const auto& it : items) kv_.trim(it.seq, seqs_[size_t(it.seq)].len);
+    throw;
+  }
+  for (const auto& it : items) seqs_[size_t(it.seq)].len += int64_t(it.tokens.size());
+  return compute_logits(items, all_logits);
+}
+
+void CpuEngine::run_layers(std::span<const Item> items) {
+  const auto& c = model_.cfg;
+  const int64_t H = c.hidden_size;
+  int64_t n = 0;
+  for (const auto& it : items) n += int64_t(it.tokens.size());
   n_rows_ = n;
   row_seq_.resize(size_t(n));
   row_pos_.resize(size_t(n));
@@ -170,8 +203,7 @@ const std::vector<float>& CpuEngine::forward(std::span<const Item> items, bool a
   {
     int64_t r = 0;
     for (const auto& it : items) {
-      auto& s = seqs_[size_t(it.seq)];
-      reserve(s, s.len + int64_t(it.tokens.size()));
+      const auto& s = seqs_[size_t(it.seq)];
       for (size_t i = 0; i < it.tokens.size(); ++i, ++r) {
         row_seq_[size_t(r)] = it.seq;
         row_pos_[size_t(r)] = s.len + int64_t(i);
@@ -197,8 +229,11 @@ const std::vector<float>& CpuEngine::forward(std::span<const Item> items, bool a
       run_mlp_cpu(L.dense, h_.data(), n, H, ffn_.data(), pool_);
     for (int64_t i = 0; i < n * H; ++i) x_[size_t(i)] += ffn_[size_t(i)];
   }
-  for (const auto& it : items) seqs_[size_t(it.seq)].len += int64_t(it.tokens.size());
+}
 
+const std::vector<float>& CpuEngine::compute_logits(std::span<const Item> items, bool all_logits) {
+  const auto& c = model_.cfg;
+  const int64_t H = c.hidden_size, n = n_rows_;
   // Logits for the wanted rows.
   std::vector<int64_t> want;
   if (all_logits) {
@@ -218,22 +253,54 @@ const std::vector<float>& CpuEngine::forward(std::span<const Item> items, bool a
   return logits_;
 }
 
+// The attention of each (row, head) over its sequence's cached rows 0..pos, block by block: the block
+// table is read once per block of block_tokens rows, the rows inside a block are contiguous.
+template <class S>
+void CpuEngine::attend_gqa(int64_t layer) {
+  const auto& c = model_.cfg;
+  const int64_t n = n_rows_, nh = c.n_head, nkv = c.n_head_kv, hd = c.head_dim;
+  const int64_t qw = nh * hd, kvw = nkv * hd, group = nh / nkv, B = kv_.block_tokens();
+  const float scale = float(c.attn_scale());
+  pool_.parallel_for(n * nh, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t r = i / nh, head = i % nh, g = head / group;
+      const int seq = row_seq_[size_t(r)];
+      const int64_t T = row_pos_[size_t(r)] + 1;
+      float* s = scratch(size_t(T));
+      const float* qh = q_.data() + r * qw + head * hd;
+      for (int64_t b = 0, t0 = 0; t0 < T; ++b, t0 += B) {
+        const S* kb = kv_.k_block<S>(seq, layer, b) + g * hd;  // [B, kvw], this group's columns
+        const int64_t m = std::min(B, T - t0);
+        for (int64_t j = 0; j < m; ++j) s[t0 + j] = dot_kv(qh, kb + j * kvw, hd) * scale;
+      }
+      softmax(s, T);
+      float* o = att_.data() + r * qw + head * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int64_t b = 0, t0 = 0; t0 < T; ++b, t0 += B) {
+        const S* vb = kv_.v_block<S>(seq, layer, b) + g * hd;  // [B, kvw]
+        const int64_t m = std::min(B, T - t0);
+        for (int64_t j = 0; j < m; ++j) axpy_kv(s[t0 + j], vb + j * kvw, hd, o);
+      }
+    }
+  });
+}
+
 void CpuEngine::attention_gqa(int64_t layer, const float* h, float* out) {
   const auto& c = model_.cfg;
   const auto& a = model_.layers[size_t(layer)].attn;
   const int64_t n = n_rows_, nh = c.n_head, nkv = c.n_head_kv, hd = c.head_dim;
-  const int64_t qw = nh * hd, kvw = nkv * hd, group = nh / nkv;
+  const int64_t qw = nh * hd, kvw = nkv * hd;
   q_.resize(size_t(n * qw));
-  kv_.resize(size_t(n * 2 * kvw));
-  float* k = kv_.data();
-  float* v = kv_.data() + n * kvw;
+  kv_rows_.resize(size_t(n * 2 * kvw));
+  float* k = kv_rows_.data();            // [n, kvw]
+  float* v = kv_rows_.data() + n * kvw;  // [n, kvw]
   cpu::matmul(h, n, a.q, q_.data(), pool_);
   cpu::matmul(h, n, a.k, k, pool_);
   cpu::matmul(h, n, a.v, v, pool_);
   if (c.clip_qkv > 0) {
     const float lim = float(c.clip_qkv);
     for (auto* p : {&q_}) std::transform(p->begin(), p->end(), p->begin(), [lim](float f) { return std::clamp(f, -lim, lim); });
-    std::transform(kv_.begin(), kv_.end(), kv_.begin(), [lim](float f) { return std::clamp(f, -lim, lim); });
+    std::transform(kv_rows_.begin(), kv_rows_.end(), kv_rows_.begin(), [lim](float f) { return std::clamp(f, -lim, lim); });
   }
   switch (c.qk_norm) {
     case QkNorm::kNone: break;
@@ -249,30 +316,56 @@ void CpuEngine::attention_gqa(int64_t layer, const float* h, float* out) {
   for (int64_t r = 0; r < n; ++r) {
     rope_.apply(q_.data() + r * qw, nh, row_pos_[size_t(r)], false);
     rope_.apply(k + r * kvw, nkv, row_pos_[size_t(r)], false);
-    auto& lc = seqs_[size_t(row_seq_[size_t(r)])].layers[size_t(layer)];
-    std::copy(k + r * kvw, k + (r + 1) * kvw, lc.k.begin() + row_pos_[size_t(r)] * kvw);
-    std::copy(v + r * kvw, v + (r + 1) * kvw, lc.v.begin() + row_pos_[size_t(r)] * kvw);
+    kv_.write(row_seq_[size_t(r)], layer, row_pos_[size_t(r)], k + r * kvw, v + r * kvw);
   }
   att_.resize(size_t(n * qw));
+  if (kv_.dtype() == DType::kBF16)
+    attend_gqa<uint16_t>(layer);
+  else
+    attend_gqa<float>(layer);
+  cpu::matmul(att_.data(), n, a.o, out, pool_);
+}
+
+// Absorbed attention: k_nope_t = W_uk c_t and v_t = W_uv c_t are never formed; q is pulled into the
+// latent space instead (q_lat = W_ukᵀ q_nope), and the latent output is expanded by W_uv once.
+template <class S>
+void CpuEngine::attend_mla(int64_t layer) {
+  const auto& c = model_.cfg;
+  const auto& a = model_.layers[size_t(layer)].attn;
+  const int64_t n = n_rows_, nh = c.n_head, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim;
+  const int64_t vd = c.v_head_dim, lora = c.kv_lora_rank, qk = nope + rope, B = kv_.block_tokens();
   const float scale = float(c.attn_scale());
   pool_.parallel_for(n * nh, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t r = i / nh, head = i % nh, g = head / group;
-      const auto& lc = seqs_[size_t(row_seq_[size_t(r)])].layers[size_t(layer)];
+      const int64_t r = i / nh, head = i % nh;
+      const int seq = row_seq_[size_t(r)];
       const int64_t T = row_pos_[size_t(r)] + 1;
-      float* s = scratch(size_t(T));
-      const float* qh = q_.data() + r * qw + head * hd;
-      for (int64_t t = 0; t < T; ++t) s[t] = dot(qh, lc.k.data() + t * kvw + g * hd, hd) * scale;
-      softmax(s, T);
-      float* o = att_.data() + r * qw + head * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t t = 0; t < T; ++t) {
-        const float* vt = lc.v.data() + t * kvw + g * hd;
-        for (int64_t d = 0; d < hd; ++d) o[d] += s[t] * vt[d];
+      float* buf = scratch(size_t(T + 2 * lora));
+      float* s = buf;
+      float* q_lat = buf + T;
+      float* o_lat = q_lat + lora;
+      const float* qh = q_.data() + (r * nh + head) * qk;
+      const int64_t wrow = head * (nope + vd);  // first kv_b row of this head
+      std::fill(q_lat, q_lat + lora, 0.0f);
+      for (int64_t d = 0; d < nope; ++d) axpy_w(qh[d], a.kv_b, (wrow + d) * lora, lora, q_lat);
+      for (int64_t b = 0, t0 = 0; t0 < T; ++b, t0 += B) {
+        const S* cb = kv_.k_block<S>(seq, layer, b);  // latent [B, lora]
+        const S* rb = kv_.v_block<S>(seq, layer, b);  // rotary key [B, rope]
+        const int64_t m = std::min(B, T - t0);
+        for (int64_t j = 0; j < m; ++j)
+          s[t0 + j] = (dot_kv(q_lat, cb + j * lora, lora) + dot_kv(qh + nope, rb + j * rope, rope)) * scale;
       }
+      softmax(s, T);
+      std::fill(o_lat, o_lat + lora, 0.0f);
+      for (int64_t b = 0, t0 = 0; t0 < T; ++b, t0 += B) {
+        const S* cb = kv_.k_block<S>(seq, layer, b);
+        const int64_t m = std::min(B, T - t0);
+        for (int64_t j = 0; j < m; ++j) axpy_kv(s[t0 + j], cb + j * lora, lora, o_lat);
+      }
+      float* o = att_.data() + (r * nh + head) * vd;
+      for (int64_t d = 0; d < vd; ++d) o[d] = dot_w(o_lat, a.kv_b, (wrow + nope + d) * lora, lora);
     }
   });
-  cpu::matmul(att_.data(), n, a.o, out, pool_);
 }
 
 void CpuEngine::attention_mla(int64_t layer, const float* h, float* out) {
@@ -292,48 +385,21 @@ void CpuEngine::attention_mla(int64_t layer, const float* h, float* out) {
   } else {
     cpu::matmul(h, n, a.q, q_.data(), pool_);
   }
-  kv_.resize(size_t(n * kvw));
-  cpu::matmul(h, n, a.kv_a, kv_.data(), pool_);
+  kv_rows_.resize(size_t(n * kvw));  // [n, lora + rope]
+  cpu::matmul(h, n, a.kv_a, kv_rows_.data(), pool_);
   for (int64_t r = 0; r < n; ++r) {
-    float* row = kv_.data() + r * kvw;
+    float* row = kv_rows_.data() + r * kvw;
     cpu::rms_norm(row, 1, lora, a.kv_a_norm, c.rms_norm_eps, row);
     rope_.apply(row + lora, 1, row_pos_[size_t(r)], c.rope_interleave);
     for (int64_t head = 0; head < nh; ++head)
       rope_.apply(q_.data() + (r * nh + head) * qk + nope, 1, row_pos_[size_t(r)], c.rope_interleave);
-    auto& lc = seqs_[size_t(row_seq_[size_t(r)])].layers[size_t(layer)];
-    const int64_t pos = row_pos_[size_t(r)];
-    std::copy(row, row + lora, lc.k.begin() + pos * lora);
-    std::copy(row + lora, row + kvw, lc.v.begin() + pos * rope);
+    kv_.write(row_seq_[size_t(r)], layer, row_pos_[size_t(r)], row, row + lora);
   }
   att_.resize(size_t(n * nh * vd));
-  const float scale = float(c.attn_scale());
-  // Absorbed attention: k_nope_t = W_uk c_t and v_t = W_uv c_t are never formed; q is pulled into the
-  // latent space instead (q_lat = W_ukᵀ q_nope), and the latent output is expanded by W_uv once.
-  pool_.parallel_for(n * nh, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t r = i / nh, head = i % nh;
-      const auto& lc = seqs_[size_t(row_seq_[size_t(r)])].layers[size_t(layer)];
-      const int64_t T = row_pos_[size_t(r)] + 1;
-      float* buf = scratch(size_t(T + 2 * lora));
-      float* s = buf;
-      float* q_lat = buf + T;
-      float* o_lat = q_lat + lora;
-      const float* qh = q_.data() + (r * nh + head) * qk;
-      const int64_t wrow = head * (nope + vd);  // first kv_b row of this head
-      std::fill(q_lat, q_lat + lora, 0.0f);
-      for (int64_t d = 0; d < nope; ++d) axpy_w(qh[d], a.kv_b, (wrow + d) * lora, lora, q_lat);
-      for (int64_t t = 0; t < T; ++t)
-        s[t] = (dot(q_lat, lc.k.data() + t * lora, lora) + dot(qh + nope, lc.v.data() + t * rope, rope)) * scale;
-      softmax(s, T);
-      std::fill(o_lat, o_lat + lora, 0.0f);
-      for (int64_t t = 0; t < T; ++t) {
-        const float* ct = lc.k.data() + t * lora;
-        for (int64_t d = 0; d < lora; ++d) o_lat[d] += s[t] * ct[d];
-      }
-      float* o = att_.data() + (r * nh + head) * vd;
-      for (int64_t d = 0; d < vd; ++d) o[d] = dot_w(o_lat, a.kv_b, (wrow + nope + d) * lora, lora);
-    }
-  });
+  if (kv_.dtype() == DType::kBF16)
+    attend_mla<uint16_t>(layer);
+  else
+    attend_mla<float>(layer);
   cpu::matmul(att_.data(), n, a.o, out, pool_);
 }
 

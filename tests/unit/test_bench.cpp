@@ -10,11 +10,11 @@
 
 #include "../lane_tools/process.h"
 #include "../lane_tools/rowmap_util.h"
+#include "bench/report.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "placement/fingerprint.h"
 #include "placement/rowmap.h"
-#include "cli/bench_report.h"
 #include "test_util.h"
 
 namespace tandem {

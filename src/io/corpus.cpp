@@ -33,7 +33,10 @@ std::vector<CorpusDoc> read_corpus(const std::string& path) {
     d.line = n;
     for (auto [key, dst] : {std::pair{"kind", &d.kind}, std::pair{"name", &d.name}, std::pair{"text", &d.text}}) {
       auto it = j.find(key);
-      if (it == j.end()) fail("{}:{}: missing field \"{}\"", path, n, key);
+      if (it == j.end()) {
+        if (dst == &d.name) continue;  // optional: a document without a name is named by its line
+        fail("{}:{}: missing field \"{}\"", path, n, key);
+      }
       if (!it->is_string()) fail("{}:{}: field \"{}\" must be a string, got {}", path, n, key, it->type_name());
       *dst = it->get<std::string>();
     }

@@ -17,7 +17,7 @@ struct CorpusDoc {
 };
 
 // Every document, in file order. A line is one JSON object with the string members "kind" (not
-// empty), "name" and "text"; other members are ignored, blank lines skipped, a trailing '\r' dropped.
+// empty) and "text", and optionally "name" ("" when absent); other members are ignored, blank lines skipped, a trailing '\r' dropped.
 // InputError "PATH:LINE: ..." for anything else (malformed JSON, not an object, a member missing or
 // not a string, an empty kind), "cannot open corpus PATH" and "corpus PATH has no documents".
 std::vector<CorpusDoc> read_corpus(const std::string& path);

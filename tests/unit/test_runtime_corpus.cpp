@@ -42,7 +42,7 @@ TEST(OneCorpusReader, TheSameBadFileGetsTheSameMessageFromEveryCommand) {
   const std::vector<Case> cases = {
       {R"({"kind": "prose", "name": "b", "text": "unterminated)", ":3: malformed JSON"},
       {R"(["prose", "b", "text"])", ":3: expected a JSON object"},
-      {R"({"kind": "prose", "text": "no name"})", ":3: missing field \"name\""},  // bench once took this
+      {R"({"kind": "prose", "name": 3, "text": "x"})", ":3: field \"name\" must be a string"},
       {R"({"kind": "prose", "name": "b"})", ":3: missing field \"text\""},
       {R"({"kind": 7, "name": "b", "text": "x"})", ":3: field \"kind\" must be a string"},
       {R"({"kind": "", "name": "b", "text": "x"})", ":3: field \"kind\" is empty"},
@@ -89,6 +89,12 @@ TEST(OneCorpusReader, KeepsLinesKindsAndOrder) {
   EXPECT_EQ(all[0].text, "int a;");  // the '\r' of a CRLF line is not part of the JSON
   EXPECT_EQ(all[1].line, 3);
   EXPECT_EQ(all[2].line, 4);
+  // "name" is optional (bench and check always took such documents; profile takes them now).
+  test::write_file(tmp.file("noname.jsonl"), "{\"kind\": \"prose\", \"text\": \"no name\"}\n");
+  const auto unnamed = load_corpus(tmp.file("noname.jsonl"));
+  ASSERT_EQ(unnamed.size(), 1u);
+  EXPECT_EQ(unnamed[0].name, "");
+  EXPECT_EQ(unnamed[0].text, "no name");
   const auto code = load_corpus(path, {"code"});
   ASSERT_EQ(code.size(), 2u);
   EXPECT_EQ(code[0].name, "x");

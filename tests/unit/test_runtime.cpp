@@ -18,10 +18,12 @@
 #include "moe/experts.h"
 #include "moe/peer_lane.h"
 #include "peer/client.h"
+#include "peer/segment.h"
 #include "placement/fingerprint.h"
 #include "runtime/exit_codes.h"
 #include "runtime/lane.h"
 #include "runtime/lane_plan.h"
+#include "runtime/peer_side.h"
 #include "runtime/runtime.h"
 #include "runtime/split.h"
 #include "test_util.h"
@@ -275,6 +277,44 @@ TEST_F(RuntimeOnAModel, ARowmapForAnotherModelIsRefused) {
   const std::string e = input_error([&] { Runtime::open(o); });
   EXPECT_NE(e.find("other.json"), std::string::npos) << e;
   EXPECT_NE(e.find("planned for model"), std::string::npos) << e;
+}
+
+// The peer side: the rowmap's cold experts held on the CPU, the cut taken, the segment created with
+// the geometry and fingerprint a primary checks; nothing created when the rowmap is another model's.
+TEST_F(RuntimeOnAModel, PeerSideHoldsTheColdExpertsAndCreatesTheLane) {
+  PeerSideOptions o;
+  o.model_dir = model_;
+  o.rowmap = rowmap_;
+  o.lane = fmt::format("rt-{}-side", getpid());
+  o.threads = 1;
+  o.max_rows = 8;
+  o.split.share = "0.5";
+  const ModelConfig cfg = load_config(model_);
+  const Rowmap rm = Rowmap::load(rowmap_);
+  {
+    PeerSide side = open_peer_side(o);
+    EXPECT_EQ(side.split_column, split_column(cfg.moe_intermediate_size, 0.5));
+    EXPECT_EQ(side.cold.n_cold, rm.n_cold());
+    EXPECT_GT(side.cold.bytes, 0u);
+    EXPECT_EQ(side.rowmap_fingerprint, rm.rowmap_fingerprint);
+    auto full = Model::bind(cfg, TensorStore::open_dir(model_), model_);
+    EXPECT_EQ(side.weights_fp, cold_weights_fingerprint(*full, rm));
+    ASSERT_TRUE(side.server);
+    EXPECT_TRUE(peer::Segment::exists(o.lane));
+    const peer::Geometry g = side.server->segment().geometry();
+    EXPECT_EQ(int64_t(g.split_column), side.split_column);
+    EXPECT_EQ(g.max_rows, 8u);
+    EXPECT_EQ(int64_t(g.hidden), cfg.hidden_size);
+    EXPECT_EQ(side.server->segment().header().fingerprint, lane_fingerprint(rm, side.split_column, side.weights_fp));
+    EXPECT_TRUE(side.server->segment().unlink_if_ours());  // serve() would, when it ends
+  }
+  o.lane = fmt::format("rt-{}-side2", getpid());
+  o.rowmap = tmp_->file("other-side.json");
+  test::write_rowmap(test::oracle_dir("olmoe_f32"), o.rowmap, [](int64_t, int64_t e) { return e % 2 == 0; });
+  EXPECT_NE(input_error([&] { open_peer_side(o); }).find("other-side.json"), std::string::npos);
+  EXPECT_FALSE(peer::Segment::exists(o.lane));
+  o.lane = "bad name!";
+  EXPECT_NE(input_error([&] { open_peer_side(o); }).find("lane name 'bad name!'"), std::string::npos);
 }
 
 // The CPU primary's peer lane against a real `tandem peer`: the plan's fingerprints are the ones the

@@ -1,6 +1,7 @@
 // `tandem bench`: the statistics and writers of src/bench/report (ratio, spreads, histogram percentiles,
-// bounds, JSON/Markdown/SVG), the memory bound's paths and routing probe (src/bench/bound), and the command end to end on the tiny synthetic model with a real
-// `tandem peer` (lanes local,peer,local on the CPU), plus its bad-input errors.
+// bounds, JSON/Markdown/SVG), the memory bound's paths and routing probe (src/bench/bound), and the
+// command end to end on the tiny synthetic model with a real `tandem peer` (lanes local,peer,local on
+// the CPU), plus its bad-input errors.
 #include <gtest/gtest.h>
 #include <signal.h>
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -58,16 +59,20 @@ std::unique_ptr<Rowmap> load_rowmap(const std::string& path, const Model& model)
   return rm;
 }
 
-std::string percentile(const peer::ClientStats& st, double q) {
-  uint64_t target = uint64_t(std::ceil(q * double(st.handoffs))), seen = 0;
-  for (size_t i = 0; i < st.wait_hist.size(); ++i) {
-    seen += st.wait_hist[i];
-    if (seen >= target && target > 0) return i == 0 ? std::string("<1 us") : fmt::format("<{} us", uint64_t(1) << i);
-  }
-  return std::string("-");
-}
-
 }  // namespace
+
+std::string wait_percentile(std::span<const uint64_t> hist, double q) {
+  uint64_t total = 0;
+  for (uint64_t v : hist) total += v;
+  if (total == 0) return "-";
+  const uint64_t target = std::max<uint64_t>(1, uint64_t(std::ceil(q * double(total))));
+  uint64_t seen = 0;
+  for (size_t i = 0; i < hist.size(); ++i) {
+    seen += hist[i];
+    if (seen >= target) return i == 0 ? std::string("<1 us") : fmt::format("<{} us", uint64_t(1) << i);
+  }
+  return "-";
+}
 
 std::string peer_lane_name(const RuntimeOptions& o) {
   if (!lane_has_peer(o.lane)) return "";
@@ -182,8 +187,8 @@ std::string Runtime::lane_summary() const {
       "max {:.1f} us, spin-limit overruns {}",
       lane_name(plan.lane), st.handoffs, c->rows_sent,
       c->routed_slots ? 100.0 * double(c->cold_slots) / double(c->routed_slots) : 0.0,
-      st.handoffs ? double(st.wait_ns_total) / double(st.handoffs) / 1e3 : 0.0, percentile(st, 0.5),
-      percentile(st, 0.99), double(st.wait_ns_max) / 1e3, st.overruns);
+      st.handoffs ? double(st.wait_ns_total) / double(st.handoffs) / 1e3 : 0.0, wait_percentile(st.wait_hist, 0.5),
+      wait_percentile(st.wait_hist, 0.99), double(st.wait_ns_max) / 1e3, st.overruns);
   std::string gate;
   for (size_t l = 0; l < c->checks.size(); ++l)
     if (c->checks[l].checks) gate += fmt::format(" L{}:{:.6f}({})", l, c->checks[l].min_cosine, c->checks[l].checks);

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ std::string peer_lane_name(const RuntimeOptions& o);
 // InputError unless the peer of `o`'s lane is being served now (its segment exists), naming the
 // command that starts it: for a caller that must not wait --peer-wait for it (a benchmark).
 void require_peer_served(const RuntimeOptions& o);
+
+// The q-quantile of a lane's wait histogram (peer::kWaitBuckets buckets, bucket i: [2^(i-1), 2^i) µs)
+// as text: "<1 us", "<N us", or "-" when it holds no wait. For summaries and `tandem lane`.
+std::string wait_percentile(std::span<const uint64_t> hist, double q);
 
 // A peer lane's counters (CPU primary: its executor's; CUDA primary: the engine's lane).
 struct LaneCounters {

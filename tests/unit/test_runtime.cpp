@@ -128,6 +128,19 @@ TEST(ExitCodes, OneMapForEveryWayAProcessEnds) {
   EXPECT_EQ(kExitOutOfMemory, 5);
 }
 
+TEST(LaneCounters, WaitPercentilesFromTheHistogram) {
+  std::vector<uint64_t> hist(peer::kWaitBuckets, 0);
+  EXPECT_EQ(wait_percentile(hist, 0.5), "-");
+  hist[0] = 6;  // < 1 us
+  hist[3] = 3;  // [4, 8) us
+  hist[10] = 1;  // [512, 1024) us
+  EXPECT_EQ(wait_percentile(hist, 0.5), "<1 us");
+  EXPECT_EQ(wait_percentile(hist, 0.6), "<1 us");
+  EXPECT_EQ(wait_percentile(hist, 0.61), "<8 us");
+  EXPECT_EQ(wait_percentile(hist, 0.9), "<8 us");
+  EXPECT_EQ(wait_percentile(hist, 0.99), "<1024 us");
+}
+
 // A model (the qwen3 fixture) with a third of each layer's experts cold.
 class RuntimeOnAModel : public ::testing::Test {
  protected:

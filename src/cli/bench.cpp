@@ -15,26 +15,21 @@
 #include <map>
 #include <set>
 
-#include "cli/bench_report.h"
+#include "bench/bound.h"
+#include "bench/report.h"
 #include "cli/command.h"
 #include "cli/common.h"
-#ifdef TANDEM_HAVE_CUDA
-#include "backends/cuda/cuda_engine.h"
-#endif
-#include "core/bandwidth.h"
-#include "core/thread_pool.h"
 #include "engine/generate.h"
 #include "io/corpus.h"
 #include "io/tokenizer.h"
-#include "moe/experts.h"
 #include "peer/segment.h"
 #include "placement/fingerprint.h"
+#include "runtime/runtime.h"
 
 namespace tandem::cli {
 namespace {
 
 using bench::LaneRun;
-using bench::PathBytes;
 
 struct Opts {
   ModelOptions model;
@@ -44,27 +39,6 @@ struct Opts {
   int64_t tokens = 64, prompt_tokens = 64, warmup_tokens = 5, probe_tokens = 0;  // probe 0: --tokens
   bench::Bandwidths bw;
 };
-
-// What a hooked run over the same prompts saw per decode step (greedy: its steps are the timed run's).
-struct Probe {
-  double hot_bytes = 0, cold_bytes = 0;  // distinct experts touched per step, split by the rowmap
-  double cold_rows = 0;                  // rows with at least one cold slot, per step and MoE layer summed
-  double cold_share = 0;                 // cold slots / routed slots
-  int64_t k = 0;
-};
-
-// The lane's shared-memory counters: the CPU peer lane's, or the CUDA engine's peer lane's.
-struct Snapshot {
-  peer::ClientStats stats;
-  uint64_t routed = 0, cold = 0;
-};
-std::optional<Snapshot> snapshot(const Runtime& rt) {
-  if (rt.peer) return Snapshot{rt.peer->stats(), rt.peer->routed_slots(), rt.peer->cold_slots()};
-#ifdef TANDEM_HAVE_CUDA
-  if (auto st = cuda_peer_stats(*rt.engine)) return Snapshot{st->client, st->routed_slots, st->cold_slots};
-#endif
-  return std::nullopt;
-}
 
 std::string today() {
   std::time_t t = std::time(nullptr);
@@ -96,43 +70,6 @@ std::string command_line() {
     start = end + 1;
   }
   return out;
-}
-
-// Fills the bandwidths left 0 by measuring them on this machine (the GPU's reads of its HBM and of
-// mapped host memory over the link, the CPU's of its DRAM with `threads` threads), and marks the paths
-// the lanes do not use. Takes a few seconds; says so on stderr.
-void measure_bandwidths(bench::Bandwidths& bw, const std::string& device, int threads, bool link_used, bool dram_used) {
-  const bool cpu = device == "cpu";
-  if (cpu) link_used = false, dram_used = true;
-  const auto need = [](double& gbps, std::string& source, bool used) {
-    if (!used) {
-      source = "not used";
-      return false;
-    }
-    source = gbps > 0 ? "command line" : "measured";
-    return gbps == 0;
-  };
-  const bool hbm = need(bw.hbm_gbps, bw.hbm_source, !cpu), link = need(bw.link_gbps, bw.link_source, link_used),
-             dram = need(bw.dram_gbps, bw.dram_source, dram_used);
-  if (!hbm && !link && !dram) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  fmt::print(stderr, "bench: measuring read bandwidths ({}{}{})...\n", hbm ? "HBM " : "", link ? "link " : "",
-             dram ? "DRAM" : "");
-  if (dram) {
-    ThreadPool pool(threads);
-    bw.dram_gbps = dram_read_bandwidth_gbps(pool);
-  }
-#ifdef TANDEM_HAVE_CUDA
-  if (hbm || link) {
-    const int dev = parse_cuda_device(device).value_or(0);
-    if (hbm) bw.hbm_gbps = cuda_read_bandwidth_gbps(dev);
-    if (link) bw.link_gbps = cuda_host_read_bandwidth_gbps(dev);
-  }
-#else
-  if (hbm || link) fail("--device {}: this build has no CUDA backend to measure the GPU's bandwidths with", device);
-#endif
-  fmt::print(stderr, "bench: HBM {:.0f}, link {:.1f}, DRAM {:.1f} GB/s ({:.1f} s)\n", bw.hbm_gbps, bw.link_gbps,
-             bw.dram_gbps, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 nlohmann::json machine_info(const Opts& o) {
@@ -191,109 +128,25 @@ std::vector<GenerateRequest> requests_for(const std::vector<std::vector<int32_t>
   return reqs;
 }
 
-Probe probe_routing(Engine& engine, const Rowmap* rowmap, std::vector<GenerateRequest> reqs, int64_t tokens) {
-  const Model& model = engine.model();
-  const auto& cfg = model.cfg;
-  std::vector<std::vector<uint8_t>> cold(size_t(cfg.n_layer), std::vector<uint8_t>(size_t(cfg.n_expert), 0));
-  if (rowmap)
-    for (const auto& l : rowmap->layers)
-      for (int32_t e : l.cold) cold[size_t(l.layer)][size_t(e)] = 1;
-  for (auto& r : reqs) r.max_tokens = tokens;
-  Probe p;
-  uint64_t routed = 0, cold_slots = 0;
-  size_t chosen = 0;
-  bool decoding = false;
-  std::vector<uint8_t> seen(size_t(cfg.n_expert));
-  GenerateOptions go;
-  go.on_token = [&](size_t, int32_t) { decoding = ++chosen >= reqs.size(); };
-  engine.hooks.on_routing = [&](int64_t layer, const Routing& r) {
-    if (!decoding) return;
-    p.k = r.k;
-    std::fill(seen.begin(), seen.end(), 0);
-    for (int64_t row = 0; row < r.n_rows; ++row) {
-      bool any_cold = false;
-      for (int64_t j = 0; j < r.k; ++j) {
-        const int32_t e = r.ids[size_t(row * r.k + j)];
-        if (e < 0) continue;
-        ++routed;
-        const bool c = cold[size_t(layer)][size_t(e)] != 0;
-        cold_slots += c;
-        any_cold = any_cold || c;
-        if (!seen[size_t(e)]) {
-          seen[size_t(e)] = 1;
-          (c ? p.cold_bytes : p.hot_bytes) += double(model.layers[size_t(layer)].experts[size_t(e)].nbytes());
-        }
-      }
-      p.cold_rows += any_cold;
-    }
-  };
-  GenerateStats st;
-  try {
-    generate(engine, reqs, go, &st);
-  } catch (...) {
-    engine.hooks = {};
-    throw;
-  }
-  engine.hooks = {};
-  const double steps = double(std::max<int64_t>(1, st.decode_steps));
-  p.hot_bytes /= steps;
-  p.cold_bytes /= steps;
-  p.cold_rows /= steps;
-  p.cold_share = routed ? double(cold_slots) / double(routed) : 0;
-  return p;
-}
-
-// Bytes per decode step of every weight but the routed experts (and the embedding, of which a step
-// reads only its rows; a tied lm_head is read whole).
-double fixed_bytes(const Model& model) {
-  double routed = 0;
-  for (const auto& l : model.layers)
-    for (const auto& e : l.experts) routed += e.present() ? double(e.nbytes()) : 0;
-  const double embed = model.lm_head.data == model.embed.data ? 0 : double(model.embed.nbytes());
-  return double(model.store.total_bytes()) - routed - embed;
-}
-
-// Which path each part of a step's bytes takes in `lane` on `device` (see the notes in the report).
-PathBytes path_bytes(const std::string& device, const std::string& lane, double fixed, const Probe& p, int64_t hidden,
-                     double split_share) {
-  PathBytes b;
-  if (device == "cpu") {
-    b.dram = fixed + p.hot_bytes + p.cold_bytes;  // primary and peer read the same DRAM
-  } else if (lane == "local") {
-    b.hbm = fixed + p.hot_bytes + p.cold_bytes;
-  } else if (lane == "host") {
-    b.hbm = fixed + p.hot_bytes;
-    b.link = p.cold_bytes;
-  } else {
-    // peer: every cold byte from the peer's DRAM; split: the GPU's share of them over the link.
-    const double over_link = lane == "split" ? split_share : 0.0;
-    b.hbm = fixed + p.hot_bytes;
-    b.dram = (1.0 - over_link) * p.cold_bytes;
-    b.link = over_link * p.cold_bytes +
-             p.cold_rows * (2.0 * double(hidden) * 4 + double(p.k) * 8);  // rows there and back, ids + weights
-  }
-  return b;
-}
-
-LaneRun timed_run(Runtime& rt, const std::string& lane, const std::vector<GenerateRequest>& reqs) {
-  std::optional<Snapshot> after_prefill;
+LaneRun timed_run(Runtime& rt, const std::vector<GenerateRequest>& reqs) {
+  std::optional<LaneCounters> after_prefill;
   size_t chosen = 0;
   GenerateOptions go;
   go.on_token = [&](size_t, int32_t) {
-    if (++chosen == reqs.size()) after_prefill = snapshot(rt);
+    if (++chosen == reqs.size()) after_prefill = rt.lane_counters();
   };
   GenerateStats st;
   generate(*rt.engine, reqs, go, &st);
-  const std::optional<Snapshot> end = snapshot(rt);
+  const std::optional<LaneCounters> end = rt.lane_counters();
   LaneRun r;
-  r.lane = lane;
+  r.lane = lane_name(rt.lane());
   r.users = int64_t(reqs.size());
   r.decode_steps = st.decode_steps;
   r.prefill_s = st.prefill_seconds;
   r.decode_s = st.decode_seconds;
   if (after_prefill && end) {
     bench::LaneCounters c;
-    const auto &a = after_prefill->stats, &b = end->stats;
+    const auto &a = after_prefill->client, &b = end->client;
     c.handoffs = b.handoffs - a.handoffs;
     c.overruns = b.overruns - a.overruns;
     c.wait_mean_us = c.handoffs ? double(b.wait_ns_total - a.wait_ns_total) / double(c.handoffs) / 1e3 : 0;
@@ -302,9 +155,9 @@ LaneRun timed_run(Runtime& rt, const std::string& lane, const std::vector<Genera
     c.wait_p50_us = bench::hist_percentile_us(hist, 0.5);
     c.wait_p99_us = bench::hist_percentile_us(hist, 0.99);
     r.counters = c;
-    const uint64_t routed = end->routed - after_prefill->routed;
+    const uint64_t routed = end->routed_slots - after_prefill->routed_slots;
     if (routed) {
-      r.cold_share = double(end->cold - after_prefill->cold) / double(routed);
+      r.cold_share = double(end->cold_slots - after_prefill->cold_slots) / double(routed);
       r.cold_share_source = "counters";
     }
   }
@@ -314,9 +167,8 @@ LaneRun timed_run(Runtime& rt, const std::string& lane, const std::vector<Genera
 int run(Opts o) {
   for (auto* list : {&o.lanes, &o.kinds}) std::erase(*list, std::string());
   if (o.lanes.empty()) fail("--lanes is empty (e.g. host,peer,host)");
-  for (const std::string& l : o.lanes)
-    if (l != "local" && l != "host" && l != "peer" && l != "split")
-      fail("--lanes: unknown lane '{}' (local, host, peer, split)", l);
+  std::vector<Lane> lanes;
+  for (const std::string& l : o.lanes) lanes.push_back(parse_lane(l, "--lanes"));
   if (o.kinds.empty()) fail("--kinds is empty (e.g. prose,code_python)");
   if (o.users.empty()) fail("--users is empty (e.g. 1,8,16,32)");
   for (int64_t u : o.users)
@@ -328,20 +180,21 @@ int run(Opts o) {
   for (double g : {o.bw.hbm_gbps, o.bw.dram_gbps, o.bw.link_gbps})
     if (!(g >= 0) || !std::isfinite(g))
       fail("bandwidths (--hbm-gbps, --dram-gbps, --link-gbps) must be > 0 GB/s, or 0 to measure them");
-  std::vector<std::string> distinct;
-  for (const std::string& l : o.lanes)
+  std::vector<Lane> distinct;
+  for (Lane l : lanes)
     if (std::find(distinct.begin(), distinct.end(), l) == distinct.end()) distinct.push_back(l);
-  auto wants = [&](const char* lane) { return std::find(distinct.begin(), distinct.end(), lane) != distinct.end(); };
-  if (wants("peer") && wants("split") && (o.model.split_peer.empty() || o.model.split_peer == o.model.peer))
+  auto wants = [&](Lane lane) { return std::find(distinct.begin(), distinct.end(), lane) != distinct.end(); };
+  if (wants(Lane::kPeer) && wants(Lane::kSplit) && (o.model.split_peer.empty() || o.model.split_peer == o.model.peer))
     fail("--lanes has peer and split: give the split lane its own peer with --split-peer NAME (a `tandem peer --split-share "
          "F|auto` serves it)");
-  for (const char* lane : {"peer", "split"}) {
-    if (!wants(lane)) continue;
-    const std::string name = std::string(lane) == "split" && !o.model.split_peer.empty() ? o.model.split_peer : o.model.peer;
-    if (name.empty()) fail("--lanes has {}: give --peer NAME (the lane `tandem peer` serves)", lane);
-    if (!peer::Segment::exists(name))
-      fail("lane {}: no lane is being served (no /dev/shm/tandem-{}); start `tandem peer --model M --rowmap R --lane {}{}` first", lane,
-           name, name, std::string(lane) == "split" ? " --split-share F|auto" : "");
+  const RuntimeOptions base = runtime_options(o.model, *std::max_element(o.users.begin(), o.users.end()));
+  for (Lane lane : distinct) {
+    if (!lane_has_peer(lane)) continue;
+    RuntimeOptions ro = base;
+    ro.lane = lane;
+    if (peer_lane_name(ro).empty())
+      fail("--lanes has {}: give --peer NAME (the lane `tandem peer` serves)", lane_name(lane));
+    require_peer_served(ro);
   }
 
   // Inputs first, so bad corpora fail before any model is loaded.
@@ -352,46 +205,55 @@ int run(Opts o) {
   for (const std::string& kind : o.kinds)
     prompts[kind] = prompts_of(docs, kind, tok, o.prompt_tokens, size_t(max_users), o.corpus);
 
-  measure_bandwidths(o.bw, o.model.device, o.model.threads, wants("host") || wants("peer") || wants("split"),
-                     wants("peer") || wants("split"));
+  const bench::ToMeasure measure =
+      bench::bandwidths_to_measure(o.bw, base.device, wants(Lane::kHost) || wants(Lane::kPeer) || wants(Lane::kSplit),
+                                   wants(Lane::kPeer) || wants(Lane::kSplit));
+  if (measure.any()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fmt::print(stderr, "bench: measuring read bandwidths ({}{}{})...\n", measure.hbm ? "HBM " : "",
+               measure.link ? "link " : "", measure.dram ? "DRAM" : "");
+    bench::measure_bandwidths(o.bw, measure, base.device, o.model.threads);
+    fmt::print(stderr, "bench: HBM {:.0f}, link {:.1f}, DRAM {:.1f} GB/s ({:.1f} s)\n", o.bw.hbm_gbps, o.bw.link_gbps,
+               o.bw.dram_gbps, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
 
-  std::map<std::string, Runtime> runtimes;
-  for (const std::string& lane : distinct) {
-    ModelOptions mo = o.model;
-    mo.lane = lane;
-    if (lane != "peer" && lane != "split") {
-      mo.peer.clear();
-      mo.peer_check = 0;
+  std::map<Lane, Runtime> runtimes;
+  for (Lane lane : distinct) {
+    RuntimeOptions ro = base;
+    ro.lane = lane;
+    if (!lane_has_peer(lane)) {
+      ro.peer.clear();
+      ro.peer_check = 0;
     }
-    if (mo.max_ctx == 0) mo.max_ctx = o.prompt_tokens + std::max({o.tokens, o.warmup_tokens, o.probe_tokens});
+    if (ro.max_ctx == 0) ro.max_ctx = o.prompt_tokens + std::max({o.tokens, o.warmup_tokens, o.probe_tokens});
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      runtimes.emplace(lane, make_runtime(mo, max_users));
-    } catch (const InputError& e) {
+      runtimes.emplace(lane, Runtime::open(ro));
+    } catch (const OutOfMemoryError& e) {
       // Every lane's engine holds its own copy of the hot weights on the device: name the way out
       // when the lanes already built fill it (three lanes of flash-mini need more than an 80 GB card).
-      if (runtimes.empty() || std::string_view(e.what()).find("out of memory") == std::string_view::npos) throw;
+      if (runtimes.empty()) throw;
       std::string held;
-      for (const auto& [name, rt] : runtimes) held += (held.empty() ? "" : ", ") + name;
-      fail("lane {}: {}. The lanes built before it ({}) hold their weights on {} too: bench fewer lanes in one "
-           "run, e.g. --lanes {},{},{}",
-           lane, e.what(), held, o.model.device, o.lanes[0], lane, o.lanes[0]);
+      for (const auto& [name, rt] : runtimes) held += (held.empty() ? "" : ", ") + std::string(lane_name(name));
+      fail_out_of_memory("lane {}: {}. The lanes built before it ({}) hold their weights on {} too: bench fewer lanes "
+                         "in one run, e.g. --lanes {},{},{}",
+                         lane_name(lane), e.what(), held, o.model.device, o.lanes[0], lane_name(lane), o.lanes[0]);
     }
-    fmt::print(stderr, "bench: lane {} ready on {} in {:.1f} s\n", lane, o.model.device,
+    fmt::print(stderr, "bench: lane {} ready on {} in {:.1f} s\n", lane_name(lane), o.model.device,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   const Rowmap* rowmap = nullptr;
   std::unique_ptr<Rowmap> own_rowmap;
   for (const auto& [lane, rt] : runtimes)
     if (rt.rowmap) rowmap = rt.rowmap.get();
-  Runtime& first = runtimes.at(o.lanes[0]);
+  Runtime& first = runtimes.at(lanes[0]);
   const Model& model = *first.model;
   if (!rowmap && !o.model.rowmap.empty()) {
     own_rowmap = std::make_unique<Rowmap>(Rowmap::load(o.model.rowmap));
     validate(*own_rowmap, model.cfg, model_fingerprint(model.cfg, model.store), o.model.rowmap);
     rowmap = own_rowmap.get();
   }
-  const double fixed = fixed_bytes(model);
+  const double fixed = bench::fixed_bytes(model);
 
   bench::Report report;
   report.date = today();
@@ -409,20 +271,20 @@ int run(Opts o) {
                     {"rowmap", o.model.rowmap}, {"peer", o.model.peer}, {"split", o.model.split}, {"split_peer", o.model.split_peer},
                     {"threads", o.model.threads}, {"peer_spin_limit_us", o.model.peer_spin_limit_us},
                     {"host_wait", o.model.host_wait}};
-  for (const std::string& l : o.lanes)  // what --host-wait (auto by default) came to on each lane
-    report.options["host_wait_by_lane"][l] = host_wait_sleeps(o.model.host_wait, l) ? "sleep" : "spin";
+  for (Lane l : lanes)  // what --host-wait (auto by default) came to on each lane
+    report.options["host_wait_by_lane"][lane_name(l)] = host_wait_sleeps(base.host_wait, l) ? "sleep" : "spin";
   report.bandwidths = o.bw;
-  for (const std::string& lane : distinct)
-    if (lane == "peer" && !snapshot(runtimes.at(lane)))
-      report.notes.push_back(fmt::format("lane peer on {}: the runtime exposes no handoff counters yet; wait, overrun "
+  for (Lane lane : distinct)
+    if (lane_has_peer(lane) && !runtimes.at(lane).lane_counters())
+      report.notes.push_back(fmt::format("lane {} on {}: the runtime exposes no handoff counters yet; wait, overrun "
                                          "fields are null and the cold share comes from the routing probe",
-                                         o.model.device));
+                                         lane_name(lane), o.model.device));
   report.notes.push_back(fmt::format(
       "Bytes per step: every weight but the routed experts and the embedding ({:.3f} GB), plus the distinct routed "
       "experts the step touched, from a hooked probe run over the same prompts (its first {} decode steps); hot/cold "
       "by the rowmap{}.",
       fixed / 1e9, std::min(o.probe_tokens, o.tokens) - 1, rowmap ? "" : " (none given: every expert hot)"));
-  report.notes.push_back(o.model.device == "cpu"
+  report.notes.push_back(base.device.is_cpu()
                              ? "Paths on --device cpu: the primary and the peer read the same DRAM, so every byte "
                                "counts against --dram-gbps."
                              : "Paths on cuda: local = all HBM; host = cold experts over the link; peer = cold experts "
@@ -433,9 +295,9 @@ int run(Opts o) {
   // The split lane's share of each cold expert read over the link (the features the GPU holds: the cut
   // its runtime took, from --split-share or, with auto, from its peer).
   const int64_t inter = first.model->cfg.moe_intermediate_size;
-  const int64_t cut = wants("split") ? runtimes.at("split").split_column : 0;
+  const int64_t cut = wants(Lane::kSplit) ? runtimes.at(Lane::kSplit).split_column() : 0;
   const double split_share = double(cut) / double(inter);
-  if (wants("split")) {
+  if (wants(Lane::kSplit)) {
     report.options["split_column"] = cut;
     report.options["split_share_used"] = split_share;
     report.notes.push_back(fmt::format("Split lane: each cold expert cut at feature {} of {} ({:.3f} over the link; "
@@ -443,28 +305,29 @@ int run(Opts o) {
                                        cut, inter, split_share, o.model.split,
                                        o.model.split == "auto" ? ": the cut its peer chose" : ""));
   }
-  std::set<std::pair<std::string, int64_t>> warmed;
+  std::set<std::pair<Lane, int64_t>> warmed;
   for (const std::string& kind : o.kinds) {
     for (int64_t users : o.users) {
       const auto reqs = requests_for(prompts[kind], users, o.tokens);
-      const Probe probe = probe_routing(*first.engine, rowmap, reqs, std::min(o.probe_tokens, o.tokens));
+      const bench::Probe probe =
+          bench::probe_routing(*first.engine, rowmap, reqs, std::min(o.probe_tokens, o.tokens));
       bench::Cell cell{kind, users, {}};
-      for (const std::string& lane : o.lanes) {
+      for (Lane lane : lanes) {
         Runtime& rt = runtimes.at(lane);
         if (warmed.insert({lane, users}).second) {
           auto warm = reqs;
           for (auto& r : warm) r.max_tokens = o.warmup_tokens;
           generate(*rt.engine, warm);
         }
-        LaneRun r = timed_run(rt, lane, reqs);
+        LaneRun r = timed_run(rt, reqs);
         if (r.cold_share_source.empty()) {
           r.cold_share = probe.cold_share;
           r.cold_share_source = "probe";
         }
-        r.bytes = path_bytes(o.model.device, lane, fixed, probe, model.cfg.hidden_size, split_share);
+        r.bytes = bench::path_bytes(base.device, lane, fixed, probe, model.cfg.hidden_size, split_share);
         r.bound_ms = bench::bound_ms(r.bytes, o.bw);
         fmt::print(stderr, "bench: {} x {} users, {}: {:.1f} tok/s ({:.1f}/user), {:.3f} ms/step, bound {:.3f} ms{}\n",
-                   kind, users, lane, r.tokens_per_s(), r.tokens_per_s() / double(users), r.step_ms(), r.bound_ms,
+                   kind, users, r.lane, r.tokens_per_s(), r.tokens_per_s() / double(users), r.step_ms(), r.bound_ms,
                    r.counters ? fmt::format(", {} handoffs, {} overruns", r.counters->handoffs, r.counters->overruns)
                               : "");
         cell.runs.push_back(std::move(r));

@@ -31,10 +31,10 @@ RunFn setup(CLI::App& app) {
   app.add_option("--max-tokens", o->max_tokens, "Tokens of text to run (default 4096)");
   app.add_option("--window", o->window, "Tokens per document window (default 256)");
   return [o] {
-    if (o->model.lane != "peer" && o->model.lane != "split")
-      fail("check runs a lane with a peer (--lane peer, or split on cuda)");
-    if (o->model.peer_check <= 0) fail("--peer-check must be >= 1 for the gate");
-    Runtime rt = make_runtime(o->model, 8);
+    const RuntimeOptions ro = runtime_options(o->model, 8);
+    if (!lane_has_peer(ro.lane)) fail("check runs a lane with a peer (--lane peer, or split on cuda)");
+    if (ro.peer_check <= 0) fail("--peer-check must be >= 1 for the gate");
+    Runtime rt = Runtime::open(ro);
     Tokenizer tok = Tokenizer::load(o->model.model_dir + "/tokenizer.json");
     auto docs = load_corpus(o->corpus, o->kinds);
     // Round-robin over kinds so every kind is represented within the budget.

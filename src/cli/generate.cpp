@@ -76,7 +76,7 @@ RunFn setup(CLI::App& app) {
   return [o] {
     if (o->prompts.empty() == o->prompt_ids.empty()) fail("give --prompt TEXT or --prompt-ids 1,2,3");
     if (o->max_tokens < 0) fail("--max-tokens {}: give 0 or more", o->max_tokens);
-    Runtime rt = make_runtime(o->model, int64_t(std::max<size_t>(1, o->prompts.size())));
+    Runtime rt = Runtime::open(runtime_options(o->model, int64_t(std::max<size_t>(1, o->prompts.size()))));
     std::optional<Tokenizer> tok;
     const std::string tok_path = o->model.model_dir + "/tokenizer.json";
     if (access(tok_path.c_str(), R_OK) == 0) tok = Tokenizer::load(tok_path);

@@ -9,6 +9,7 @@
 #include "cli/command.h"
 #include "peer/segment.h"
 #include "peer/sync.h"
+#include "runtime/runtime.h"
 
 namespace tandem::cli {
 namespace {
@@ -26,17 +27,6 @@ RunFn setup(CLI::App& app) {
     const uint64_t handoffs = h.handoffs.load();
     std::vector<uint64_t> hist(peer::kWaitBuckets);
     for (size_t i = 0; i < hist.size(); ++i) hist[i] = h.wait_hist[i].load();
-    auto quantile = [&](double q) -> std::string {
-      uint64_t total = 0;
-      for (uint64_t v : hist) total += v;
-      if (total == 0) return "-";
-      uint64_t target = uint64_t(std::ceil(q * double(total))), seen = 0;
-      for (size_t i = 0; i < hist.size(); ++i) {
-        seen += hist[i];
-        if (seen >= target) return i == 0 ? "<1 us" : fmt::format("<{} us", uint64_t(1) << i);
-      }
-      return "-";
-    };
     auto age = [&](uint64_t t) { return t ? double(now - std::min(now, t)) / 1e9 : -1.0; };
     // A lane whose peer process is gone is not serving, whatever its header still says.
     const int32_t peer_pid = h.peer_pid.load();
@@ -56,8 +46,8 @@ RunFn setup(CLI::App& app) {
         {"overruns", h.overruns.load()},
         {"wait_mean_us", handoffs ? double(h.wait_ns_total.load()) / double(handoffs) / 1e3 : 0.0},
         {"wait_max_us", double(h.wait_ns_max.load()) / 1e3},
-        {"wait_p50", quantile(0.5)},
-        {"wait_p99", quantile(0.99)},
+        {"wait_p50", wait_percentile(hist, 0.5)},
+        {"wait_p99", wait_percentile(hist, 0.99)},
         {"wait_histogram_us_pow2", hist},
         {"peer_served", h.peer_served.load()},
         {"peer_errors", h.peer_errors.load()},

@@ -1,6 +1,7 @@
-// tandem: entry point. Parses the command line and dispatches to the registered subcommand.
-// Exit codes: 0 ok, 1 failure (a check or gate failed, a lane tripped), 2 bad input, 4 the lane's shared
-// memory was damaged under it (a corrupt header or a truncated segment).
+// tandem: entry point. Parses the command line and dispatches to the registered subcommand. An
+// exception that ends a command becomes its exit code through runtime/exit_codes.h, the one map: 0 ok,
+// 1 failure (a check or gate failed, a lane tripped), 2 bad input, 4 the lane's shared memory was
+// damaged under it (a corrupt header or a truncated segment), 5 a device ran out of memory.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -10,8 +11,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "peer/client.h"
-#include "peer/server.h"
+#include "runtime/exit_codes.h"
 
 namespace tandem::cli {
 std::vector<CommandSpec>& command_registry() {
@@ -38,6 +38,8 @@ std::string version_string() {
 int main(int argc, char** argv) {
   using namespace tandem;
   CLI::App app{"tandem: mixture-of-experts inference split between a primary device and a sidecar peer"};
+  app.footer("Exit codes: 0 ok, 1 failure (a check or gate failed, a lane tripped), 2 bad input, 4 the lane's "
+             "shared memory was damaged under it, 5 a device ran out of memory.");
   app.require_subcommand(1);
   app.fallthrough();
   app.set_version_flag("--version", version_string(), "Print the version (and the git commit it was built from)");  // --log-level may also follow the subcommand
@@ -61,16 +63,9 @@ int main(int argc, char** argv) {
     init_logging(sub->get_name(), log_level);
     try {
       return run();
-    } catch (const InputError& e) {
+    } catch (const std::exception& e) {  // bad input, a tripped lane, an error status, out of memory
       std::fprintf(stderr, "error: %s\n", e.what());
-      return kExitBadInput;
-    } catch (const peer::LaneTripped& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      const bool damaged = e.cause() == peer::TripCause::kCorrupt || e.cause() == peer::TripCause::kShrunk;
-      return damaged ? peer::kExitLaneDamaged : 1;
-    } catch (const std::exception& e) {  // a run-time failure: a tripped lane, an error status
-      std::fprintf(stderr, "error: %s\n", e.what());
-      return 1;
+      return exit_code(e);
     }
   }
   return kExitBadInput;

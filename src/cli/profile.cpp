@@ -20,53 +20,13 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "engine/sampler.h"
+#include "io/corpus.h"
 #include "io/tokenizer.h"
 #include "placement/fingerprint.h"
 #include "placement/stats.h"
 
 namespace tandem::cli {
 namespace {
-
-struct CorpusDoc {
-  std::string kind;
-  std::string name;
-  std::string text;
-  int64_t line = 0;  // 1-based line of the corpus file
-};
-
-// One JSON object per line: {"kind": str (non-empty), "name": str, "text": str}; other members are
-// ignored, blank lines skipped. Anything else fails naming the file and the line.
-std::vector<CorpusDoc> read_corpus(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open corpus {}", path);
-  std::vector<CorpusDoc> docs;
-  std::string line;
-  int64_t n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      fail("{}:{}: malformed JSON (byte {} of the line)", path, n, e.byte);
-    }
-    if (!j.is_object()) fail("{}:{}: expected a JSON object {{\"kind\", \"name\", \"text\"}}, got {}", path, n, j.type_name());
-    CorpusDoc d;
-    d.line = n;
-    for (auto [key, dst] : {std::pair{"kind", &d.kind}, std::pair{"name", &d.name}, std::pair{"text", &d.text}}) {
-      auto it = j.find(key);
-      if (it == j.end()) fail("{}:{}: missing field \"{}\"", path, n, key);
-      if (!it->is_string()) fail("{}:{}: field \"{}\" must be a string, got {}", path, n, key, it->type_name());
-      *dst = it->get<std::string>();
-    }
-    if (d.kind.empty()) fail("{}:{}: field \"kind\" is empty", path, n);
-    docs.push_back(std::move(d));
-  }
-  if (docs.empty()) fail("corpus {} has no documents", path);
-  return docs;
-}
 
 enum class Split { kAll, kEven, kOdd };
 
@@ -158,20 +118,11 @@ bool keep_doc(Split split, int64_t index_in_kind) {
 // (a shorter tail of >= 1 token is a prompt too) each asking for gen_tokens steps.
 Selection select_units(const Opts& o, ProfileMode mode, const std::vector<CorpusDoc>& docs, const Tokenizer& tok,
                        int64_t vocab) {
-  std::map<std::string, int64_t> present;
-  for (const auto& d : docs) ++present[d.kind];
+  // The documents are those of the selected kinds (load_corpus checked that each is there).
   std::vector<std::string> kinds;
-  if (o.kinds.empty()) {
-    for (const auto& [k, n] : present) kinds.push_back(k);
-  } else {
-    std::string known;
-    for (const auto& [k, n] : present) known += (known.empty() ? "" : ", ") + k;
-    for (const auto& k : o.kinds) {
-      if (!present.count(k)) fail("--kinds: no document of kind \"{}\" in {} (kinds: {})", k, o.corpus, known);
-      if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
-    }
-    std::sort(kinds.begin(), kinds.end());
-  }
+  for (const auto& d : docs)
+    if (std::find(kinds.begin(), kinds.end(), d.kind) == kinds.end()) kinds.push_back(d.kind);
+  std::sort(kinds.begin(), kinds.end());
   const Split split = parse_split(o.split);
   Selection sel;
   sel.kinds = kinds;
@@ -330,13 +281,13 @@ int run(const Opts& o) {
   auto mode = profile_mode_from_name(o.mode);
   if (!mode) fail("--mode must be teacher or generate, got \"{}\"", o.mode);
   parse_split(o.split);
-  std::vector<CorpusDoc> docs = read_corpus(o.corpus);
+  std::vector<CorpusDoc> docs = load_corpus(o.corpus, o.kinds);
   const std::string tok_path = o.model.model_dir + "/tokenizer.json";
   if (access(tok_path.c_str(), R_OK) != 0)
     fail("{} has no tokenizer.json: profile tokenizes the corpus with the model's tokenizer", o.model.model_dir);
   Tokenizer tok = Tokenizer::load(tok_path);
 
-  Runtime rt = make_runtime(o.model, o.batch);
+  Runtime rt = Runtime::open(runtime_options(o.model, o.batch));
   const ModelConfig& cfg = rt.model->cfg;
   if (cfg.n_moe_layers() == 0) fail("{} has no MoE layers: nothing to profile", o.model.model_dir);
   const int64_t ctx = o.model.max_ctx > 0 ? o.model.max_ctx : cfg.max_position_embeddings;

@@ -17,7 +17,7 @@ RunFn setup(CLI::App& app) {
       ->required();
   app.add_option("--tolerance", *tol, "Max relative error max|a-b|/max|b| per tensor (default 1e-4, f32 compute)");
   return [=] {
-    Runtime rt = make_runtime(*o, 8);
+    Runtime rt = Runtime::open(runtime_options(*o, 8));
     VerifyOptions vo;
     vo.tolerance = *tol;
     auto checks = verify_against(*rt.engine, *expected, vo);

@@ -17,6 +17,7 @@
 #include "lane_tools/mock_compute.h"
 #include "peer/client.h"
 #include "peer/server.h"
+#include "runtime/exit_codes.h"
 
 namespace {
 
@@ -57,16 +58,7 @@ int run_peer(const Args& a) {
   peer::ServeEnd end = server->serve();
   std::printf("peer end: %s served=%llu\n", peer::to_string(end), (unsigned long long)server->served());
   std::fflush(stdout);
-  switch (end) {
-    case peer::ServeEnd::kStopped:
-    case peer::ServeEnd::kLaneStopped:
-    case peer::ServeEnd::kPrimaryGone: return 0;
-    case peer::ServeEnd::kTripped: return 1;
-    case peer::ServeEnd::kRefused: return 2;
-    case peer::ServeEnd::kCorrupt:
-    case peer::ServeEnd::kShrunk: return peer::kExitLaneDamaged;
-  }
-  return 1;
+  return exit_code(end);  // as `tandem peer`
 }
 
 int run_primary(const Args& a) {

@@ -1,6 +1,7 @@
-// `tandem bench`: the statistics and writers of bench_report (ratio, spreads, histogram percentiles,
-// bounds, JSON/Markdown/SVG), and the command end to end on the tiny synthetic model with a real
-// `tandem peer` (lanes local,peer,local on the CPU), plus its bad-input errors.
+// `tandem bench`: the statistics and writers of src/bench/report (ratio, spreads, histogram percentiles,
+// bounds, JSON/Markdown/SVG), the memory bound's paths and routing probe (src/bench/bound), and the
+// command end to end on the tiny synthetic model with a real `tandem peer` (lanes local,peer,local on
+// the CPU), plus its bad-input errors.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -10,11 +11,14 @@
 
 #include "../lane_tools/process.h"
 #include "../lane_tools/rowmap_util.h"
+#include "bench/bound.h"
+#include "bench/report.h"
+#include "engine/engine.h"
+#include "models/model.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "placement/fingerprint.h"
 #include "placement/rowmap.h"
-#include "cli/bench_report.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -190,6 +194,93 @@ bench::Report sample_report() {
   }
   r.notes.push_back("a note");
   return r;
+}
+
+// Every lane reads the same bytes per step; only their paths differ. The rows a lane with a peer
+// sends (f32 there and back, with ids and weights) come on top, over the link.
+TEST(BenchBound, PathsOfEachLaneAddUpToTheStepsBytes) {
+  bench::Probe p;
+  p.hot_bytes = 3e6;
+  p.cold_bytes = 1e6;
+  p.cold_rows = 5;
+  p.k = 8;
+  const double fixed = 2e6, all = fixed + p.hot_bytes + p.cold_bytes;
+  const int64_t hidden = 64;
+  const double rows = 5 * (2.0 * 64 * 4 + 8 * 8);
+  const Device cpu, gpu{true, 0};
+
+  for (Lane l : {Lane::kLocal, Lane::kPeer}) {  // the CPU: one DRAM for the primary and the peer
+    const bench::PathBytes b = bench::path_bytes(cpu, l, fixed, p, hidden, 0.0);
+    EXPECT_EQ(b.dram, all) << lane_name(l);
+    EXPECT_EQ(b.hbm + b.link, 0.0) << lane_name(l);
+  }
+  const bench::PathBytes local = bench::path_bytes(gpu, Lane::kLocal, fixed, p, hidden, 0.0);
+  EXPECT_EQ(local.hbm, all);
+  EXPECT_EQ(local.dram + local.link, 0.0);
+  const bench::PathBytes host = bench::path_bytes(gpu, Lane::kHost, fixed, p, hidden, 0.0);
+  EXPECT_EQ(host.hbm, fixed + p.hot_bytes);
+  EXPECT_EQ(host.link, p.cold_bytes);
+  EXPECT_EQ(host.dram, 0.0);
+  const bench::PathBytes peer = bench::path_bytes(gpu, Lane::kPeer, fixed, p, hidden, 0.0);
+  EXPECT_EQ(peer.hbm, fixed + p.hot_bytes);
+  EXPECT_EQ(peer.dram, p.cold_bytes);
+  EXPECT_EQ(peer.link, rows);
+  const bench::PathBytes split = bench::path_bytes(gpu, Lane::kSplit, fixed, p, hidden, 0.25);
+  EXPECT_EQ(split.hbm, fixed + p.hot_bytes);
+  EXPECT_DOUBLE_EQ(split.dram, 0.75 * p.cold_bytes);
+  EXPECT_DOUBLE_EQ(split.link, 0.25 * p.cold_bytes + rows);
+  EXPECT_DOUBLE_EQ(split.total() - rows, all);
+}
+
+TEST(BenchBound, OnlyTheUnknownBandwidthsOfUsedPathsAreMeasured) {
+  bench::Bandwidths bw;
+  bw.dram_gbps = 100;
+  bench::ToMeasure m = bench::bandwidths_to_measure(bw, Device{}, true, false);
+  EXPECT_FALSE(m.hbm || m.link || m.dram);  // the CPU: DRAM only, and it was given
+  EXPECT_EQ(bw.hbm_source, "not used");
+  EXPECT_EQ(bw.link_source, "not used");
+  EXPECT_EQ(bw.dram_source, "command line");
+
+  bench::Bandwidths gpu;
+  gpu.link_gbps = 50;
+  m = bench::bandwidths_to_measure(gpu, Device{true, 0}, true, false);  // host lanes: no peer's DRAM
+  EXPECT_TRUE(m.hbm && m.any());
+  EXPECT_FALSE(m.link || m.dram);
+  EXPECT_EQ(gpu.hbm_source, "measured");
+  EXPECT_EQ(gpu.link_source, "command line");
+  EXPECT_EQ(gpu.dram_source, "not used");
+#ifndef TANDEM_HAVE_CUDA
+  bench::ToMeasure hbm;
+  hbm.hbm = true;
+  EXPECT_THROW(bench::measure_bandwidths(gpu, hbm, Device{true, 0}, 1), InputError);
+#endif
+}
+
+// The routing probe on a real model: with every expert cold, every touched byte is cold and so is
+// every slot; with no rowmap, none is. The engine's hooks are gone afterwards.
+TEST(BenchBound, ProbeSplitsTheTouchedExpertsByTheRowmap) {
+  const std::string dir = test::oracle_dir("qwen3moe_f32");
+  const auto model = Model::bind(load_config(dir), TensorStore::open_dir(dir), dir);
+  CpuEngine engine(*model, EngineOptions{});
+  const Rowmap all_cold = test::make_rowmap(dir, [](int64_t, int64_t) { return true; });
+  std::vector<GenerateRequest> reqs(2);
+  reqs[0].prompt = {1, 2, 3};
+  reqs[1].prompt = {4, 5};
+  const bench::Probe cold = bench::probe_routing(engine, &all_cold, reqs, 4);
+  EXPECT_FALSE(engine.hooks.on_routing);
+  EXPECT_GT(cold.cold_bytes, 0.0);
+  EXPECT_EQ(cold.hot_bytes, 0.0);
+  EXPECT_EQ(cold.cold_share, 1.0);
+  EXPECT_EQ(cold.k, model->cfg.n_expert_used);
+  EXPECT_GT(cold.cold_rows, 0.0);
+  const bench::Probe hot = bench::probe_routing(engine, nullptr, reqs, 4);
+  EXPECT_EQ(hot.cold_bytes, 0.0);
+  EXPECT_EQ(hot.cold_share, 0.0);
+  EXPECT_EQ(hot.cold_rows, 0.0);
+  EXPECT_EQ(hot.hot_bytes, cold.cold_bytes);  // greedy: the same steps touch the same experts
+  const double fixed = bench::fixed_bytes(*model);
+  EXPECT_GT(fixed, 0.0);
+  EXPECT_LT(fixed, double(model->store.total_bytes()));
 }
 
 TEST(BenchReport, Json) {

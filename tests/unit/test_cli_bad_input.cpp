@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "cli/common.h"
 #include "io/safetensors.h"
 #include "lane_tools/process.h"
 #include "lane_tools/rowmap_util.h"
+#include "runtime/lane.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -200,11 +200,11 @@ TEST(BadInput, UnknownFlagIsExitTwo) {
 }
 
 TEST(HostWait, AutoSleepsOnTheLanesWithAPeer) {
-  for (const char* lane : {"peer", "split"}) EXPECT_TRUE(cli::host_wait_sleeps("auto", lane)) << lane;
-  for (const char* lane : {"local", "host"}) EXPECT_FALSE(cli::host_wait_sleeps("auto", lane)) << lane;
-  for (const char* lane : {"local", "host", "peer", "split"}) {
-    EXPECT_TRUE(cli::host_wait_sleeps("sleep", lane)) << lane;
-    EXPECT_FALSE(cli::host_wait_sleeps("spin", lane)) << lane;
+  for (Lane lane : {Lane::kPeer, Lane::kSplit}) EXPECT_TRUE(host_wait_sleeps(HostWait::kAuto, lane)) << lane_name(lane);
+  for (Lane lane : {Lane::kLocal, Lane::kHost}) EXPECT_FALSE(host_wait_sleeps(HostWait::kAuto, lane)) << lane_name(lane);
+  for (Lane lane : {Lane::kLocal, Lane::kHost, Lane::kPeer, Lane::kSplit}) {
+    EXPECT_TRUE(host_wait_sleeps(HostWait::kSleep, lane)) << lane_name(lane);
+    EXPECT_FALSE(host_wait_sleeps(HostWait::kSpin, lane)) << lane_name(lane);
   }
 }
 

@@ -1,7 +1,8 @@
 // `tandem bench` results and their writers: the numbers of every timed lane run, the per-cell
 // summary (each lane's mean, the spread of its repeats, the ratio to the first lane = B / mean(A) for
 // an A,B,A list), and the JSON, Markdown and SVG renderings. Pure functions of their inputs (no
-// clock, no files), so they are unit-tested; bench.cpp measures and writes the files.
+// clock, no files), so they are unit-tested; the bench command (src/cli/bench.cpp) measures and
+// writes the files.
 #pragma once
 
 #include <nlohmann/json.hpp>

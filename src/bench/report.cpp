@@ -1,5 +1,5 @@
-// Renderings of `tandem bench` results (see bench_report.h): statistics, JSON, Markdown, SVG.
-#include "cli/bench_report.h"
+// Renderings of `tandem bench` results (see report.h): statistics, JSON, Markdown, SVG.
+#include "bench/report.h"
 
 #include <fmt/format.h>
 

@@ -367,15 +367,15 @@ int run(Opts o) {
     const auto t0 = std::chrono::steady_clock::now();
     try {
       runtimes.emplace(lane, make_runtime(mo, max_users));
-    } catch (const InputError& e) {
+    } catch (const OutOfMemoryError& e) {
       // Every lane's engine holds its own copy of the hot weights on the device: name the way out
       // when the lanes already built fill it (three lanes of flash-mini need more than an 80 GB card).
-      if (runtimes.empty() || std::string_view(e.what()).find("out of memory") == std::string_view::npos) throw;
+      if (runtimes.empty()) throw;
       std::string held;
       for (const auto& [name, rt] : runtimes) held += (held.empty() ? "" : ", ") + name;
-      fail("lane {}: {}. The lanes built before it ({}) hold their weights on {} too: bench fewer lanes in one "
-           "run, e.g. --lanes {},{},{}",
-           lane, e.what(), held, o.model.device, o.lanes[0], lane, o.lanes[0]);
+      fail_out_of_memory("lane {}: {}. The lanes built before it ({}) hold their weights on {} too: bench fewer "
+                         "lanes in one run, e.g. --lanes {},{},{}",
+                         lane, e.what(), held, o.model.device, o.lanes[0], lane, o.lanes[0]);
     }
     fmt::print(stderr, "bench: lane {} ready on {} in {:.1f} s\n", lane, o.model.device,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -10,12 +10,11 @@
 // bracketed off, on, off on the same engine for every batch size (graphs recaptured at each switch; the
 // on row's "vs off" is the mean of the two off runs over it). --variants V1,V2,...: instead, the timed
 // runs of each batch size go through these configurations in turn on one engine (Variant below:
-// PDL, the expert kernels' rows per pass, the tensor-core projections, the one-row projection and
-// MLA choices, a kernel launched twice), each
-// row against the mean of the first variant's runs ("base,x2:attention,base": attention's share of
-// the step). --breakdown N: instead of timing steps, runs N eager steps (no graphs, no PDL) under a
-// KernelProfile and prints each kernel's GPU time per
-// step (launches of one kernel on different grids apart). The HBM bandwidth of the bound is measured on
+// PDL, the engine's kernel policy, a kernel launched twice; cuda_diagnostics.h), each row against the
+// mean of the first variant's runs ("base,x2:attention,base": attention's share of the step).
+// --breakdown N: instead of timing steps, runs N eager steps (no graphs, no PDL) under a KernelProfile
+// and prints each kernel's GPU time per step (launches of one kernel on different grids apart). The
+// HBM bandwidth of the bound is measured on
 // the device at start (cuda_read_bandwidth_gbps: a kernel streaming 2 GiB once, best of five) unless
 // --hbm-gbps gives it; the link's (the host lane's cold bytes) likewise, cuda_host_read_bandwidth_gbps
 // (the GPU reading 512 MiB of pinned host memory), when a lane other than local runs, unless --link-gbps
@@ -23,6 +22,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -40,19 +40,19 @@
 #include "placement/rowmap.h"
 
 #ifdef TANDEM_HAVE_CUDA
+#include "backends/cuda/cuda_diagnostics.h"
 #include "backends/cuda/cuda_engine.h"
 
 namespace tandem {
 namespace {
 
-// One timed configuration of the engine (--variants): tokens joined by '+', e.g. "rows2+count".
-//   base     PDL on, the kernels' default choices (cuda_kernel_policy() at start)
+// One timed configuration of the engine (--variants): tokens joined by '+', e.g. "rows2+mma0". Each
+// changes one field of the engine's CudaKernelPolicy (kernel_policy.h) from the product's default.
+//   base     PDL on, the kernels' default choices (CudaKernelPolicy{})
 //   pdl0     PDL off
 //   rowsN    expert kernels take at most N rows per pass (1, 2, 4, 8)
-//   count    expert kernels size their passes by each expert's own rows
 //   mmaN     projections of at least N rows on the tensor cores (mma0: never)
 //   ksN      warps per feature of the CUDA-core projection at one row (ks0: by the grid; 1, 2, 4)
-//   nprep    the CUDA-core projection's fused RMSNorm in a pass of its own (the scale before the dot)
 //   ktN      the choice by the grid (ks0) aims for N blocks a multiprocessor (default 2)
 //   chunkN   MLA attention's split blocks take at least N positions (default 16)
 //   prep     MLA decode steps launch mla_prep (q_a's norm, the new cache entries) as prefill does
@@ -62,11 +62,11 @@ namespace {
 //   pfm0|1   the fused MLA decode asks L2 for its layer's o_proj, router and shared expert weights
 //            (pfm1, the default) or not (pfm0)
 //   ef0|1    the expert kernels' weight loads evict-first in L2 (ef1, the default) or evict-normal (ef0)
-//   coN      every kernel asks for N% of the most shared memory as its shared-memory / L1 split
-//            (launch.cuh; the default lets the driver choose per kernel)
-//   cl4|8|16 the fused MLA decode's blocks per (row, head) cluster (default 8; mla_decode.cuh)
+//   cl4|8    the fused MLA decode's blocks per (row, head) cluster (default 4; mla_decode.cuh)
 //   x2:NAME  kernels whose name contains NAME are launched twice (KernelRepeat): the step's time
 //            less the reference's is their share of the critical path (the results are wrong)
+// Variants that lost their A/B were removed with their code (count, nprep, coN, cl16): git keeps
+// them, bench/RESULTS.md says why.
 struct Variant {
   std::string label;
   bool pdl = true;
@@ -74,10 +74,9 @@ struct Variant {
   std::string twice;
 };
 
-Variant parse_variant(const std::string& spec, const CudaKernelPolicy& defaults) {
+Variant parse_variant(const std::string& spec) {
   Variant v;
   v.label = spec;
-  v.policy = defaults;
   std::stringstream ss(spec);
   std::string t;
   auto number = [&](size_t skip) {
@@ -89,11 +88,9 @@ Variant parse_variant(const std::string& spec, const CudaKernelPolicy& defaults)
   while (std::getline(ss, t, '+')) {
     if (t == "base") continue;
     if (t == "pdl0") v.pdl = false;
-    else if (t == "count") v.policy.expert_by_count = true;
     else if (t == "rows1" || t == "rows2" || t == "rows4" || t == "rows8") v.policy.expert_max_rows = number(4);
     else if (t.rfind("mma", 0) == 0) v.policy.linear_mma_min_rows = number(3);
     else if (t == "ks0" || t == "ks1" || t == "ks2" || t == "ks4") v.policy.linear_row_split = number(2);
-    else if (t == "nprep") v.policy.linear_norm_prepass = true;
     else if (t.rfind("kt", 0) == 0) v.policy.linear_split_target = number(2);
     else if (t.rfind("chunk", 0) == 0) v.policy.mla_min_chunk = number(5);
     else if (t == "prep") v.policy.mla_fresh_rows = false;
@@ -101,12 +98,12 @@ Variant parse_variant(const std::string& spec, const CudaKernelPolicy& defaults)
     else if (t == "route0" || t == "route1") v.policy.moe_route_in_gate_up = t == "route1";
     else if (t == "pfm0" || t == "pfm1") v.policy.mla_prefetch_moe = t == "pfm1";
     else if (t == "ef0" || t == "ef1") v.policy.expert_evict_first = t == "ef1";
-    else if (t.rfind("co", 0) == 0) {
-      v.policy.smem_carveout = number(2);
-      if (v.policy.smem_carveout > 100) fail("--variants: '{}': the carveout is a percent (0 to 100)", t);
-    } else if (t == "cl4" || t == "cl8" || t == "cl16") v.policy.mla_cluster = number(2);
+    else if (t == "cl4" || t == "cl8") v.policy.mla_cluster = number(2);
     else if (t.rfind("x2:", 0) == 0 && t.size() > 3) v.twice = t.substr(3);
-    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, count, mmaN, ks0|1|2|4, nprep, ktN, chunkN, prep, fusedN, route0|1, pfm0|1, ef0|1, coN, cl4|8|16, x2:NAME)", t);
+    else if (t == "count" || t == "nprep" || t == "cl16" || (t.rfind("co", 0) == 0 && t.size() > 2 && std::isdigit(t[2])))
+      fail("--variants: '{}' was removed with its kernel variant, which lost its A/B (bench/RESULTS.md, \"Why the "
+           "defaults are what they are\"; the code is in git)", t);
+    else fail("--variants: unknown token '{}' (base, pdl0, rows1|2|4|8, mmaN, ks0|1|2|4, ktN, chunkN, prep, fusedN, route0|1, pfm0|1, ef0|1, cl4|8, x2:NAME)", t);
   }
   return v;
 }
@@ -195,8 +192,7 @@ int run(const Args& a) {
     fmt::print(stderr, "link bandwidth for the bound: {:.1f} GB/s ({})\n", link_gbps,
                link_measured ? "measured: the GPU reading 512 MiB of pinned host memory" : "--link-gbps");
   std::vector<Variant> variants;
-  const CudaKernelPolicy defaults = cuda_kernel_policy();
-  auto variant = [&](const std::string& spec) { return parse_variant(spec, defaults); };
+  auto variant = [&](const std::string& spec) { return parse_variant(spec); };
   if (!a.variants.empty()) {
     for (const std::string& spec : split(a.variants)) variants.push_back(variant(spec));
   } else if (a.pdl == "0") {
@@ -352,17 +348,15 @@ int run(const Args& a) {
                         {"hbm_bound_ms", hbm_ms}, {"link_bound_ms", link_ms}, {"bound_ms", bound},
                         {"hbm_gbps", hbm_gbps}, {"hbm_gbps_measured", hbm_measured}, {"link_gbps", link_gbps},
                         {"link_gbps_measured", link_measured}, {"peer", peer_json},
-                        {"expert_max_rows", v.policy.expert_max_rows}, {"expert_by_count", v.policy.expert_by_count},
+                        {"expert_max_rows", v.policy.expert_max_rows},
                         {"linear_mma_min_rows", v.policy.linear_mma_min_rows},
                         {"linear_row_split", v.policy.linear_row_split},
-                        {"linear_norm_prepass", v.policy.linear_norm_prepass},
                         {"linear_split_target", v.policy.linear_split_target},
                         {"mla_min_chunk", v.policy.mla_min_chunk},
                         {"mla_fresh_rows", v.policy.mla_fresh_rows},
                         {"mla_fused_rows", v.policy.mla_fused_rows},
                         {"moe_route_in_gate_up", v.policy.moe_route_in_gate_up},
                         {"mla_prefetch_moe", v.policy.mla_prefetch_moe},
-                        {"smem_carveout", v.policy.smem_carveout},
                         {"mla_cluster", v.policy.mla_cluster},
                         {"expert_evict_first", v.policy.expert_evict_first}});
         table.push_back(fmt::format("{:<6} {:>3} {:>3} {:>9.3f} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}", lane,

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "backends/cuda/cuda_diagnostics.h"
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/mla_decode.cuh"
 #include "backends/cuda/moe.cuh"
@@ -136,7 +137,7 @@ TEST_P(CudaOracle, RoutingInTheExpertBlocksAgreesBitwise) {
   auto model = Model::load(test::oracle_dir(GetParam()));
   auto gpu = make_cuda_engine(*model, {}, {});
   auto eager = make_eager_engine(*model);
-  const CudaKernelPolicy before = cuda_kernel_policy();
+  const CudaKernelPolicy before = cuda_kernel_policy(*gpu);
   ASSERT_TRUE(before.moe_route_in_gate_up);
   CudaKernelPolicy off = before;
   off.moe_route_in_gate_up = false;
@@ -186,7 +187,7 @@ TEST_P(CudaOracle, EvictFirstExpertLoadsChangeNoBits) {
   auto gpu = make_cuda_engine(*model, {}, {});
   auto eager = make_eager_engine(*model);
   auto host = make_cuda_engine(*model, {}, host_opt);
-  const CudaKernelPolicy before = cuda_kernel_policy();
+  const CudaKernelPolicy before = cuda_kernel_policy(*gpu);
   ASSERT_TRUE(before.expert_evict_first);
   CudaKernelPolicy off = before;
   off.expert_evict_first = false;
@@ -197,29 +198,6 @@ TEST_P(CudaOracle, EvictFirstExpertLoadsChangeNoBits) {
   EXPECT_EQ(run_generate(*gpu, 2), ref);  // graphs replayed
   EXPECT_EQ(run_generate(*eager, 2), ref);
   EXPECT_EQ(run_generate(*host, 2), ref);
-}
-
-// Every kernel asking for one shared-memory / L1 split (CudaKernelPolicy::smem_carveout, launch.cuh)
-// is a scheduling hint: the same bits as the driver's choice per kernel, graphs replayed and eager.
-TEST_P(CudaOracle, SharedMemoryCarveoutChangesNoBits) {
-  auto model = Model::load(test::oracle_dir(GetParam()));
-  auto gpu = make_cuda_engine(*model, {}, {});
-  auto eager = make_eager_engine(*model);
-  const CudaKernelPolicy before = cuda_kernel_policy();
-  const auto ref = run_generate(*gpu, 2);
-  for (int percent : {-1, 0, 100}) {
-    CudaKernelPolicy p = before;
-    p.smem_carveout = percent;
-    cuda_set_kernel_policy(*gpu, p);
-    cuda_set_kernel_policy(*eager, p);
-    EXPECT_EQ(run_generate(*gpu, 2), ref) << percent;
-    EXPECT_EQ(run_generate(*gpu, 2), ref) << percent;  // graphs replayed
-    EXPECT_EQ(run_generate(*eager, 2), ref) << percent;
-  }
-  cuda_set_kernel_policy(*gpu, before);
-  CudaKernelPolicy bad = before;
-  bad.smem_carveout = 101;
-  EXPECT_THROW(cuda_set_kernel_policy(*gpu, bad), InputError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOracle,
@@ -266,15 +244,15 @@ TEST_P(CudaLongMla, MatchesCpuEngine) {
   // at least 16 positions (the default), 5 and 1 (other chunk sizes, split counts and a last split
   // shorter than the others), each row's new cache entry built inside attention (the default) and by
   // mla_prep.
-  const CudaKernelPolicy before = cuda_kernel_policy();
-  // The fused launch also in clusters of 8 and 16 blocks (mla_cluster; default 4).
+  const CudaKernelPolicy before = cuda_kernel_policy(*gpu);
+  // The fused launch also in clusters of 8 blocks (mla_cluster; default 4).
   struct Case {
     int chunk;
     bool fresh;
     int fused;
     int cluster = 4;
   };
-  for (const Case k : {Case{16, true, 1}, {16, true, 1, 8}, {16, true, 1, 16}, {16, true, 0}, {5, true, 0},
+  for (const Case k : {Case{16, true, 1}, {16, true, 1, 8}, {16, true, 0}, {5, true, 0},
                        {1, true, 0}, {16, false, 0}, {5, false, 0}, {1, false, 0}}) {
     SCOPED_TRACE(fmt::format("chunk {}, fresh rows {}, fused rows {}, cluster {}", k.chunk, k.fresh, k.fused,
                              k.cluster));
@@ -315,7 +293,7 @@ TEST(CudaFusedMla, DecodeAcrossTheLongContextBound) {
 // the head's q_b rows alone is 147 KB in bf16); the launch's grid says which ran, and each run matches
 // the CPU engine (q_lora 768 and 1536 are wider than the hidden size, as no preset is).
 TEST(CudaFusedMla, ClusterSizeFollowsThePolicyWhereItFits) {
-  const CudaKernelPolicy before = cuda_kernel_policy();
+  const CudaKernelPolicy before;
   ASSERT_EQ(before.mla_cluster, 4);
   for (const int q_lora : {96, 768, 1536}) {
     test::TempDir tmp;
@@ -323,6 +301,7 @@ TEST(CudaFusedMla, ClusterSizeFollowsThePolicyWhereItFits) {
     CpuEngine cpu(*model);
     const auto ref = run_long_mla(cpu, 20, 3);
     auto gpu = make_eager_engine(*model);
+    ASSERT_EQ(cuda_kernel_policy(*gpu).mla_cluster, 4);
     for (const int cluster : {4, 8}) {
       SCOPED_TRACE(fmt::format("q_lora {}, cluster {}", q_lora, cluster));
       CudaKernelPolicy p = before;
@@ -353,7 +332,7 @@ TEST(CudaFusedMla, CacheHintsChangeNoBits) {
   auto model = long_mla_model(16, tmp.path);
   auto gpu = make_cuda_engine(*model, {}, {});
   auto eager = make_eager_engine(*model);
-  const CudaKernelPolicy before = cuda_kernel_policy();
+  const CudaKernelPolicy before = cuda_kernel_policy(*gpu);
   ASSERT_TRUE(before.mla_prefetch_moe && before.expert_evict_first);
   CudaKernelPolicy off = before;
   off.mla_prefetch_moe = off.expert_evict_first = false;
@@ -390,42 +369,69 @@ TEST(CudaEngineOptions, BadOptionsAreInputErrors) {
   CudaOptions o;
   o.device = 99;
   EXPECT_THROW(make_cuda_engine(*model, {}, o), InputError);
-  o = {};
-  o.lane = CudaLane::kHost;
-  o.cold.assign(size_t(model->cfg.n_layer), {});
-  o.cold[1] = {int32_t(model->cfg.n_expert)};
-  EXPECT_THROW(make_cuda_engine(*model, {}, o), InputError);
-  o.cold[1] = {3, 3};
-  EXPECT_THROW(make_cuda_engine(*model, {}, o), InputError);
-  o.cold[1] = {};
-  o.cold[0] = {1};  // layer 0 is dense
-  EXPECT_THROW(make_cuda_engine(*model, {}, o), InputError);
-  o.cold = {{}};  // wrong number of layers
-  EXPECT_THROW(make_cuda_engine(*model, {}, o), InputError);
   EXPECT_THROW(cold_tail(model->cfg, 1.5), InputError);
+}
+
+// Memory the device does not have is an OutOfMemoryError naming what and how much, never an
+// InputError: a KV cache larger than the free memory (refused before allocating it), and an
+// allocation the driver refuses.
+TEST(CudaEngineOptions, OutOfMemoryIsItsOwnError) {
+  auto model = Model::load(test::oracle_dir("qwen3moe_f32"));
+  EngineOptions eo;
+  eo.max_ctx = 64;
+  eo.max_seqs = 1 << 24;
+  try {
+    make_cuda_engine(*model, eo, {});
+    ADD_FAILURE() << "a KV cache of 16M sequences was allocated";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("KV cache"), std::string::npos) << e.what();
+  }
+  try {
+    cuda::device_alloc(size_t(1) << 50, "a petabyte");
+    ADD_FAILURE() << "a petabyte of device memory was allocated";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("a petabyte"), std::string::npos) << e.what();
+  }
+  auto e = make_cuda_engine(*model, {}, {});  // the failures left the device usable
+  const int s = e->add_sequence();
+  std::vector<int32_t> toks = {1, 2};
+  Engine::Item it{s, toks};
+  EXPECT_EQ(e->forward(std::span<const Engine::Item>(&it, 1)).size(), size_t(model->cfg.vocab_size));
 }
 
 void expect_policy(const CudaKernelPolicy& got, const CudaKernelPolicy& want) {
   EXPECT_EQ(got.expert_max_rows, want.expert_max_rows);
-  EXPECT_EQ(got.expert_by_count, want.expert_by_count);
   EXPECT_EQ(got.linear_mma_min_rows, want.linear_mma_min_rows);
   EXPECT_EQ(got.linear_row_split, want.linear_row_split);
-  EXPECT_EQ(got.linear_norm_prepass, want.linear_norm_prepass);
   EXPECT_EQ(got.linear_split_target, want.linear_split_target);
   EXPECT_EQ(got.mla_min_chunk, want.mla_min_chunk);
   EXPECT_EQ(got.mla_fresh_rows, want.mla_fresh_rows);
   EXPECT_EQ(got.mla_fused_rows, want.mla_fused_rows);
-  EXPECT_EQ(got.smem_carveout, want.smem_carveout);
   EXPECT_EQ(got.mla_cluster, want.mla_cluster);
+  EXPECT_EQ(got.mla_prefetch_moe, want.mla_prefetch_moe);
+  EXPECT_EQ(got.moe_route_in_gate_up, want.moe_route_in_gate_up);
+  EXPECT_EQ(got.expert_evict_first, want.expert_evict_first);
 }
 
-// The kernel choices a benchmark may set: the defaults are the measured ones, bad values are input
-// errors that leave the policy as it was, good ones read back.
+// The kernel choices a benchmark may set: an engine starts with the product's defaults, bad values are
+// input errors that leave its policy as it was, good ones read back; each engine holds its own (a
+// second engine keeps the defaults while the first runs others).
 TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
   auto model = Model::load(test::oracle_dir("deepseekv3_f32"));
   auto e = make_cuda_engine(*model, {}, {});
-  const CudaKernelPolicy before = cuda_kernel_policy();
-  expect_policy(before, {4, false, 2, 0, false, 2, 16, true, 1, true, true, true, -1, 4});
+  auto other_engine = make_cuda_engine(*model, {}, {});
+  const CudaKernelPolicy before = cuda_kernel_policy(*e);
+  expect_policy(before, {.expert_max_rows = 4,
+                         .linear_mma_min_rows = 2,
+                         .linear_row_split = 0,
+                         .linear_split_target = 2,
+                         .mla_min_chunk = 16,
+                         .mla_fresh_rows = true,
+                         .mla_fused_rows = 1,
+                         .mla_cluster = 4,
+                         .mla_prefetch_moe = true,
+                         .moe_route_in_gate_up = true,
+                         .expert_evict_first = true});
   using Set = void (*)(CudaKernelPolicy&, int);
   const std::vector<std::pair<Set, std::vector<int>>> bad = {
       {[](CudaKernelPolicy& p, int v) { p.expert_max_rows = v; }, {0, 3, 16}},
@@ -434,20 +440,30 @@ TEST(CudaEngineOptions, KernelPolicyChecksItsValues) {
       {[](CudaKernelPolicy& p, int v) { p.linear_split_target = v; }, {0, 65}},
       {[](CudaKernelPolicy& p, int v) { p.mla_min_chunk = v; }, {0, 1025}},
       {[](CudaKernelPolicy& p, int v) { p.mla_fused_rows = v; }, {-1, 9}},
-      {[](CudaKernelPolicy& p, int v) { p.smem_carveout = v; }, {-2, 101}},
-      {[](CudaKernelPolicy& p, int v) { p.mla_cluster = v; }, {0, 2, 6, 32}}};
+      {[](CudaKernelPolicy& p, int v) { p.mla_cluster = v; }, {0, 2, 6, 16, 32}}};
   for (const auto& [set, values] : bad)
     for (int v : values) {
       CudaKernelPolicy p = before;
       set(p, v);
       EXPECT_THROW(cuda_set_kernel_policy(*e, p), InputError) << v;
-      expect_policy(cuda_kernel_policy(), before);
+      expect_policy(cuda_kernel_policy(*e), before);
     }
-  const CudaKernelPolicy other{8, true, 0, 4, true, 3, 7, false, 4, false, false, false, 50, 16};
+  const CudaKernelPolicy other{.expert_max_rows = 8,
+                               .linear_mma_min_rows = 0,
+                               .linear_row_split = 4,
+                               .linear_split_target = 3,
+                               .mla_min_chunk = 7,
+                               .mla_fresh_rows = false,
+                               .mla_fused_rows = 4,
+                               .mla_cluster = 8,
+                               .mla_prefetch_moe = false,
+                               .moe_route_in_gate_up = false,
+                               .expert_evict_first = false};
   cuda_set_kernel_policy(*e, other);
-  expect_policy(cuda_kernel_policy(), other);
+  expect_policy(cuda_kernel_policy(*e), other);
+  expect_policy(cuda_kernel_policy(*other_engine), before);
   cuda_set_kernel_policy(*e, before);
-  expect_policy(cuda_kernel_policy(), before);
+  expect_policy(cuda_kernel_policy(*e), before);
   EXPECT_THROW(KernelRepeat(""), InputError);
 }
 

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "backends/cpu/kernels.h"
-#include "backends/cuda/cuda_engine.h"
+#include "backends/cuda/cuda_diagnostics.h"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/moe.cuh"
 #include "backends/cuda/norm.cuh"
@@ -39,31 +39,24 @@ struct LinearCase {
   int n, M, K;
 };
 
-// Sets the projections' kernel choice for a scope: mma_min_rows 0 keeps every launch on the CUDA-core
-// kernel, 1 sends every launch it applies to (bf16, K a multiple of 32) to the tensor-core kernel;
-// split: the CUDA-core kernel's warps per feature at one row (0: by the grid); prepass: its fused
-// norm's scale from a pass of its own.
-class MmaRows {
- public:
-  explicit MmaRows(int min_rows, int split = 0, bool prepass = false) : before_(cuda::linear_policy()) {
-    cuda::set_linear_policy({min_rows, split, prepass});
-  }
-  ~MmaRows() { cuda::set_linear_policy(before_); }
-  MmaRows(const MmaRows&) = delete;
-  MmaRows& operator=(const MmaRows&) = delete;
+// The projections' kernel choice: mma_min_rows 0 keeps every launch on the CUDA-core kernel, 1 sends
+// every launch it applies to (bf16, K a multiple of 32) to the tensor-core kernel; split: the
+// CUDA-core kernel's warps per feature at one row (0: by the grid).
+cuda::KernelPolicy linear_policy(int min_rows, int split = 0) {
+  cuda::KernelPolicy p;
+  p.linear_mma_min_rows = min_rows;
+  p.linear_row_split = split;
+  return p;
+}
 
- private:
-  cuda::LinearPolicy before_;
-};
-
-// Whether the tensor-core kernel should take a projection of dtype dt and depth K under MmaRows(min_rows).
+// Whether the tensor-core kernel should take a projection of dtype dt and depth K under linear_policy(min_rows).
 bool expect_mma(int min_rows, DType dt, int K) { return min_rows == 1 && dt == DType::kBF16 && K % 32 == 0; }
 
 // y = x Wᵀ against the CPU's matmul, then y += x Wᵀ (twice the result), on the kernel min_rows picks
 // (the CUDA-core kernel with `split` warps a feature at one row).
 void check_linear(DType dt, int n, int M, int K, int min_rows, int split = 0) {
   SCOPED_TRACE(min_rows ? "tensor-core kernel" : fmt::format("CUDA-core kernel, split {}", split));
-  MmaRows policy(min_rows, split);
+  const cuda::KernelPolicy policy = linear_policy(min_rows, split);
   auto wf = test::random_floats(size_t(M) * K, 1 + n + M + K, 0.1f);
   auto wb = test::to_dtype(wf, dt);
   auto x = test::random_floats(size_t(n) * K, 7 + n);
@@ -76,14 +69,14 @@ void check_linear(DType dt, int n, int M, int K, int min_rows, int split = 0) {
   a.x = dx.p, a.x_stride = K, a.n = n;
   a.w = dw.p, a.wt = cuda::wtype_of(dt, "w"), a.M = M, a.K = K, a.w_ld = K;
   a.y = dy.p, a.y_stride = M;
-  ASSERT_EQ(cuda::linear_uses_mma(a), expect_mma(min_rows, dt, K));
-  if (split > 0 && !cuda::linear_uses_mma(a)) {
-    ASSERT_EQ(cuda::linear_row_split(a), n == 1 ? split : 1);
+  ASSERT_EQ(cuda::linear_uses_mma(a, policy), expect_mma(min_rows, dt, K));
+  if (split > 0 && !cuda::linear_uses_mma(a, policy)) {
+    ASSERT_EQ(cuda::linear_row_split(a, policy), n == 1 ? split : 1);
   }
-  cuda::launch_linear(a, nullptr);
+  cuda::launch_linear(a, policy, nullptr);
   EXPECT_LT(test::rel_err(dy.download(), ref), 1e-5);
   a.accumulate = true;
-  cuda::launch_linear(a, nullptr);
+  cuda::launch_linear(a, policy, nullptr);
   auto twice = dy.download();
   for (auto& v : ref) v *= 2;
   EXPECT_LT(test::rel_err(twice, ref), 1e-5);
@@ -117,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LinearOp,
 // Two independent heads (batch 2) reading gathered rows 2 and 0 of x.
 void check_gathered_heads(int min_rows) {
   SCOPED_TRACE(min_rows ? "tensor-core kernel" : "CUDA-core kernel");
-  MmaRows policy(min_rows);
+  const cuda::KernelPolicy policy = linear_policy(min_rows);
   const int heads = 2, M = 16, K = 64, rows = 3;
   auto wf = test::random_floats(size_t(heads) * M * K, 3, 0.1f);
   auto wb = test::to_dtype(wf, DType::kBF16);
@@ -132,8 +125,8 @@ void check_gathered_heads(int min_rows) {
   a.w = dw.p, a.wt = WType::kBF16, a.M = M, a.K = K, a.w_ld = K;
   a.y = dy.p, a.y_stride = heads * M;
   a.batch = heads, a.x_bstride = K, a.w_bstride = int64_t(M) * K, a.y_bstride = M;
-  ASSERT_EQ(cuda::linear_uses_mma(a), min_rows == 1);
-  cuda::launch_linear(a, nullptr);
+  ASSERT_EQ(cuda::linear_uses_mma(a, policy), min_rows == 1);
+  cuda::launch_linear(a, policy, nullptr);
   auto got = dy.download();
   for (int h = 0; h < heads; ++h)
     for (int i = 0; i < 2; ++i)
@@ -151,7 +144,7 @@ TEST(LinearOp, GatheredRowsAndBatchedHeads) {
 // KernelRepeat issues the kernels its name part matches twice, by name or by grid ("[5x1x1]": 40
 // features, 8 a block), and nothing else: seen through an accumulating projection from y = 0.
 TEST(KernelRepeatOp, MatchingLaunchesRunTwice) {
-  MmaRows policy(0, 1);  // the CUDA-core kernel, linear_kernel, a warp per feature
+  const cuda::KernelPolicy policy = linear_policy(0, 1);  // the CUDA-core kernel, linear_kernel, a warp per feature
   const int n = 1, M = 40, K = 64;
   auto wf = test::random_floats(size_t(M) * K, 31, 0.1f);
   auto wb = test::to_dtype(wf, DType::kBF16);
@@ -171,7 +164,7 @@ TEST(KernelRepeatOp, MatchingLaunchesRunTwice) {
     a.y = dy.p, a.y_stride = M, a.accumulate = true;
     {
       KernelRepeat repeat(part);
-      cuda::launch_linear(a, nullptr);
+      cuda::launch_linear(a, policy, nullptr);
     }
     auto want = ref;
     for (auto& v : want) v *= times;
@@ -196,7 +189,7 @@ TEST(NormOp, MatchesCpuRmsNorm) {
 // A projection with the RMSNorm fused in front against rms_norm then matmul on the CPU, on the vector
 // (bf16, K = 512) and scalar (f32, K = 302: not a multiple of 4) paths, at 1 and kLinearNormRows rows;
 // norm_out must hold the normalised rows (every element written: poisoned before).
-void check_linear_norm(DType dt, int n, int M, int K) {
+void check_linear_norm(const cuda::KernelPolicy& policy, DType dt, int n, int M, int K) {
   auto wf = test::random_floats(size_t(M) * K, 21 + n, 0.1f);
   auto wb = test::to_dtype(wf, dt);
   auto x = test::random_floats(size_t(n) * K, 22 + n, 3.0f);
@@ -214,8 +207,8 @@ void check_linear_norm(DType dt, int n, int M, int K) {
   a.w = dw.p, a.wt = cuda::wtype_of(dt, "w"), a.M = M, a.K = K, a.w_ld = K;
   a.y = dy.p, a.y_stride = M;
   a.norm_w = dg.p, a.norm_eps = 1e-6f, a.norm_out = dh.p, a.norm_out_stride = K;
-  EXPECT_EQ(cuda::linear_uses_mma(a), expect_mma(cuda::linear_policy().mma_min_rows, dt, K));
-  cuda::launch_linear(a, nullptr);
+  EXPECT_EQ(cuda::linear_uses_mma(a, policy), expect_mma(policy.linear_mma_min_rows, dt, K));
+  cuda::launch_linear(a, policy, nullptr);
   EXPECT_LT(test::rel_err(dy.download(), ref), 1e-5) << n << " rows";
   EXPECT_LT(test::rel_err(dh.download(), normed), 1e-6) << n << " rows";
 }
@@ -223,23 +216,22 @@ void check_linear_norm(DType dt, int n, int M, int K) {
 TEST(LinearOp, FusedRmsNormMatchesNormThenMatmul) {
   for (int min_rows : {0, 1}) {
     SCOPED_TRACE(min_rows ? "tensor-core kernel" : "CUDA-core kernel");
-    MmaRows policy(min_rows);
+    const cuda::KernelPolicy policy = linear_policy(min_rows);
     for (int n : {1, 5, cuda::kLinearNormRows}) {
-      check_linear_norm(DType::kBF16, n, 40, 512);
-      check_linear_norm(DType::kF32, n, 24, 302);
+      check_linear_norm(policy, DType::kBF16, n, 40, 512);
+      check_linear_norm(policy, DType::kF32, n, 24, 302);
     }
   }
-  // The CUDA-core kernel's two ways to the scale, each with 1, 2 and 4 warps a feature at one row.
-  for (bool prepass : {false, true})
-    for (int split : {1, 2, 4}) {
-      SCOPED_TRACE(fmt::format("CUDA-core kernel, prepass {}, split {}", prepass, split));
-      MmaRows policy(0, split, prepass);
-      for (int n : {1, 3}) {
-        check_linear_norm(DType::kBF16, n, 40, 512);
-        check_linear_norm(DType::kBF16, n, 37, 2048);
-        check_linear_norm(DType::kF32, n, 24, 302);
-      }
+  // The CUDA-core kernel with 1, 2 and 4 warps a feature at one row.
+  for (int split : {1, 2, 4}) {
+    SCOPED_TRACE(fmt::format("CUDA-core kernel, split {}", split));
+    const cuda::KernelPolicy policy = linear_policy(0, split);
+    for (int n : {1, 3}) {
+      check_linear_norm(policy, DType::kBF16, n, 40, 512);
+      check_linear_norm(policy, DType::kBF16, n, 37, 2048);
+      check_linear_norm(policy, DType::kF32, n, 24, 302);
     }
+  }
 }
 
 ModelConfig router_config(RouterKind kind, int64_t E, int64_t k, bool norm, int64_t groups, int64_t topk_group) {
@@ -460,30 +452,26 @@ void check_experts(DType dt, bool host_lane, int H = 64) {
   cuda::ExpertRun run;
   run.x = dx.p, run.n = n, run.slots_per_row = k, run.slot_weight = dw.p;
   run.h = h.p, run.h_stride = I, run.out = slot_out.p, run.max_active = E;
-  cuda::launch_expert_gate_up(t, w, run, nullptr);
-  cuda::launch_expert_down(t, w, run, nullptr);
+  const cuda::KernelPolicy defaults;
+  cuda::launch_expert_gate_up(t, w, run, defaults, nullptr);
+  cuda::launch_expert_down(t, w, run, defaults, nullptr);
   cuda::launch_moe_combine(slot_out.p, n, k, H, moe_out.p, resid.p, nullptr);
   const auto out = moe_out.download();
   EXPECT_LT(test::rel_err(out, ref), 1e-5);
   auto rs = resid.download();
   for (size_t i = 0; i < rs.size(); ++i) ASSERT_NEAR(rs[i], 1.0f + ref[i], 1e-4);
   // Every rows-per-pass policy gives the same bits (an expert's 1..5 rows in passes of 1, 2, 4 or 8).
-  const cuda::ExpertRowsPolicy before = cuda::expert_rows_policy();
-  for (const cuda::ExpertRowsPolicy p : {cuda::ExpertRowsPolicy{8, false}, cuda::ExpertRowsPolicy{8, true},
-                                         cuda::ExpertRowsPolicy{4, true},
-                                         cuda::ExpertRowsPolicy{4, false}, cuda::ExpertRowsPolicy{2, false},
-                                         cuda::ExpertRowsPolicy{1, false}, cuda::ExpertRowsPolicy{1, true}}) {
-    cuda::set_expert_rows_policy(p);
+  for (const int rows : {8, 4, 2, 1}) {
+    cuda::KernelPolicy p;
+    p.expert_max_rows = rows;
     slot_out.poison();
     moe_out.poison();
-    cuda::launch_expert_gate_up(t, w, run, nullptr);
-    cuda::launch_expert_down(t, w, run, nullptr);
+    cuda::launch_expert_gate_up(t, w, run, p, nullptr);
+    cuda::launch_expert_down(t, w, run, p, nullptr);
     cuda::launch_moe_combine(slot_out.p, n, k, H, moe_out.p, resid.p, nullptr);
     const auto again = moe_out.download();
-    ASSERT_EQ(0, std::memcmp(again.data(), out.data(), out.size() * sizeof(float)))
-        << "rows per pass " << p.max_rows << (p.by_count ? " by count" : "");
+    ASSERT_EQ(0, std::memcmp(again.data(), out.data(), out.size() * sizeof(float))) << "rows per pass " << rows;
   }
-  cuda::set_expert_rows_policy(before);
   for (void* p : owned_dev) cudaFree(p);
   for (void* p : owned_host) cudaFreeHost(p);
 }

@@ -4,7 +4,6 @@
 #include "backends/cuda/attention.cuh"
 
 #include <algorithm>
-#include <atomic>
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/launch.cuh"
@@ -383,9 +382,6 @@ __global__ void __launch_bounds__(kMlaThreads)
   }
 }
 
-std::atomic<int> g_mla_min_chunk{16};
-std::atomic<bool> g_mla_fresh{true};
-
 template <class K>
 void allow_smem(K kernel, size_t bytes) {
   if (bytes > 48 * 1024)
@@ -396,15 +392,7 @@ void allow_smem(K kernel, size_t bytes) {
 
 int max_gqa_ctx() { return kMaxSmem / 4; }
 
-void set_mla_min_chunk(int positions) {
-  TANDEM_CUDA_REQUIRE(positions >= 1 && positions <= 1024, "MLA split chunk: 1 to 1024 positions");
-  g_mla_min_chunk = positions;
-}
-int mla_min_chunk() { return g_mla_min_chunk.load(); }
-
 bool mla_fresh_applies(const MlaArgs& a) { return a.stride % 2 == 0 && a.q_width % 2 == 0; }
-void set_mla_fresh(bool on) { g_mla_fresh = on; }
-bool mla_fresh() { return g_mla_fresh.load(); }
 
 void launch_gqa_prep(const GqaPrepArgs& a, const RowInfo& rows, const RopeTables& rope, cudaStream_t stream) {
   if (rows.n == 0) return;
@@ -437,11 +425,12 @@ MlaScratchSize mla_scratch_size(int n_sm, int kv_lora) {
 
 void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_lat, const float* q, int64_t q_stride,
                           const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc, bool fresh,
-                          cudaStream_t stream) {
+                          const KernelPolicy& p, cudaStream_t stream) {
   if (rows.n == 0) return;
   TANDEM_CUDA_REQUIRE(a.rope % 2 == 0 && a.rope == rope.dim && a.kv_lora % 2 == 0, "MLA widths must be even");
   TANDEM_CUDA_REQUIRE(!fresh || mla_fresh_applies(a), "MLA fresh rows: the projection's stride and q width must be even");
   TANDEM_CUDA_REQUIRE(a.kv_lora + a.rope <= kMlaMaxWidth, "kv_lora_rank + qk_rope_head_dim above 576");
+  TANDEM_CUDA_REQUIRE(p.mla_min_chunk >= 1, "MLA split chunk: at least one position");
   const int groups = (a.n_head + kMlaHeads - 1) / kMlaHeads;
   const int pairs = rows.n * groups;
   int splits = 1;
@@ -453,7 +442,7 @@ void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_
   const dim3 grid(rows.n, groups, splits);
   auto go = [&](auto kernel) {
     launch_kernel(kernel, grid, kMlaThreads, smem, stream, a, rows, q_lat, q, q_stride, rope, scale, o_lat, sc, splits,
-                  g_mla_min_chunk.load(), fresh);
+                  p.mla_min_chunk, fresh);
   };
   const int w2 = (a.kv_lora + a.rope) / 2;
   if (w2 <= kWarp) go(attention_mla_kernel<1>);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/kernel_policy.h"
 
 namespace tandem::cuda {
 
@@ -86,22 +87,15 @@ struct MlaScratch {
 // fresh: each row's own position is taken from a.fused (its latent normalised, its key rotated, as
 // launch_mla_prep does) and written to the cache here, so the step needs no mla_prep launch for the
 // cache (q_a's norm then belongs to q_b's projection). Only for steps whose rows are each the only
-// row of their sequence (decode: no row reads another row's new position) and mla_fresh_applies(a).
+// row of their sequence (decode: no row reads another row's new position) and mla_fresh_applies(a);
+// whether a decode step takes it is the caller's choice (KernelPolicy::mla_fresh_rows; off, mla_prep
+// normalises q_a in place and writes the cache, as prefill does).
+// A split block takes at least p.mla_min_chunk positions (fewer: more blocks, each with a shorter
+// serial run over its positions); a captured graph keeps what it was captured with.
 void launch_attention_mla(const MlaArgs& a, const RowInfo& rows, const float* q_lat, const float* q, int64_t q_stride,
                           const RopeTables& rope, float scale, float* o_lat, const MlaScratch& sc, bool fresh,
-                          cudaStream_t stream);
+                          const KernelPolicy& p, cudaStream_t stream);
 bool mla_fresh_applies(const MlaArgs& a);  // float2 loads of the latent: stride and q_width even
-
-// Whether decode steps take the fresh path above (process-wide, read at each launch: a benchmark
-// knob; default on). Off: mla_prep normalises q_a in place and writes the cache, as prefill does.
-void set_mla_fresh(bool on);
-bool mla_fresh();
-
-// The fewest positions a split block of MLA attention takes (process-wide, read at each launch: a
-// captured graph keeps what it was captured with; a tuning knob for benchmarks). Fewer positions a
-// block: more blocks, each with a shorter serial run over its positions. Default 16.
-void set_mla_min_chunk(int positions);
-int mla_min_chunk();
 
 // Largest cache capacity (positions) the GQA attention kernel accepts (its scores live in shared
 // memory; MLA has no such bound).

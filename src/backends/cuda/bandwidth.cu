@@ -53,8 +53,7 @@ double cuda_read_bandwidth_gbps(int device, size_t bytes) {
   using namespace cuda;
   TANDEM_CUDA_CHECK(cudaSetDevice(device));
   bytes = std::max<size_t>(bytes / 16 * 16, 16);
-  void* buf = nullptr;
-  TANDEM_CUDA_CHECK(cudaMalloc(&buf, bytes + 16));
+  void* buf = device_alloc(bytes + 16, "the HBM bandwidth probe");
   TANDEM_CUDA_CHECK(cudaMemset(buf, 0x5a, bytes + 16));
   const double gbps = time_reads(device, buf, bytes);
   TANDEM_CUDA_CHECK(cudaFree(buf));
@@ -65,8 +64,7 @@ double cuda_host_read_bandwidth_gbps(int device, size_t bytes) {
   using namespace cuda;
   TANDEM_CUDA_CHECK(cudaSetDevice(device));
   bytes = std::max<size_t>(bytes / 16 * 16, 16);
-  void* host = nullptr;
-  TANDEM_CUDA_CHECK(cudaHostAlloc(&host, bytes + 16, cudaHostAllocMapped | cudaHostAllocPortable));
+  void* host = host_alloc(bytes + 16, cudaHostAllocMapped | cudaHostAllocPortable, "the link bandwidth probe");
   std::memset(host, 0x5a, bytes + 16);
   void* dev = nullptr;
   TANDEM_CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));

@@ -1,10 +1,6 @@
-// Failure reporting, dtype mapping and the per-thread PDL switch of the CUDA backend
+// Failure reporting, allocation, dtype mapping and the per-thread PDL switch of the CUDA backend
 // (see cuda_common.cuh and launch.cuh).
 #include "backends/cuda/cuda_common.cuh"
-
-#include <atomic>
-#include <mutex>
-#include <unordered_map>
 
 #include "backends/cuda/launch.cuh"
 #include "core/error.h"
@@ -19,32 +15,29 @@ bool pdl_enabled() { return t_pdl; }
 PdlScope::PdlScope(bool on) : prev_(t_pdl) { t_pdl = on; }
 PdlScope::~PdlScope() { t_pdl = prev_; }
 
-namespace {
-std::atomic<int> g_carveout{-1};
-std::atomic<bool> g_carveout_touched{false};  // a kernel's attribute was ever set: -1 must be put back
-std::mutex g_carveout_mu;
-std::unordered_map<const void*, int>& carveout_applied() {
-  static std::unordered_map<const void*, int> applied;  // kernel -> the value last set (absent: -1)
-  return applied;
+void* device_alloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes < 16 ? 16 : bytes);
+  if (err == cudaSuccess) return p;
+  cudaGetLastError();  // reset the last error, so the next launch check does not report this one
+  if (err != cudaErrorMemoryAllocation) cuda_check_failed("cudaMalloc", err, __FILE__, __LINE__);
+  size_t free_b = 0, total = 0;
+  int dev = -1;
+  cudaGetDevice(&dev);
+  cudaMemGetInfo(&free_b, &total);
+  fail_out_of_memory("GPU out of memory: {} needs {} bytes ({:.2f} GiB) on cuda:{}; {:.2f} GiB of {:.2f} are free", what,
+                     bytes, double(bytes) / (1 << 30), dev, double(free_b) / (1 << 30), double(total) / (1 << 30));
 }
-}  // namespace
 
-void set_smem_carveout(int percent) {
-  TANDEM_CUDA_REQUIRE(percent >= -1 && percent <= 100, "shared-memory carveout: not -1 (default) or 0 to 100 percent");
-  g_carveout = percent;
-}
-int smem_carveout() { return g_carveout.load(); }
-
-void apply_smem_carveout(const void* kernel) {
-  const int want = g_carveout.load();
-  if (want == -1 && !g_carveout_touched.load()) return;  // the default: no lock, no lookup per launch
-  const std::lock_guard<std::mutex> lock(g_carveout_mu);
-  auto& applied = carveout_applied();
-  const auto it = applied.find(kernel);
-  if ((it == applied.end() ? -1 : it->second) == want) return;
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, want));
-  applied[kernel] = want;
-  g_carveout_touched = true;
+void* host_alloc(size_t bytes, unsigned flags, const char* what) {
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, bytes < 16 ? 16 : bytes, flags);
+  if (err == cudaSuccess) return p;
+  cudaGetLastError();
+  if (err != cudaErrorMemoryAllocation) cuda_check_failed("cudaHostAlloc", err, __FILE__, __LINE__);
+  fail_out_of_memory("out of pinned host memory: {} needs {} bytes ({:.2f} GiB); the host could not lock that much "
+                     "(free host memory, the memlock limit)",
+                     what, bytes, double(bytes) / (1 << 30));
 }
 
 void cuda_check_failed(const char* expr, cudaError_t err, const char* file, int line) {

@@ -15,6 +15,12 @@ namespace tandem::cuda {
 [[noreturn]] void cuda_check_failed(const char* expr, cudaError_t err, const char* file, int line);
 [[noreturn]] void cuda_require_failed(const char* cond, const char* message, const char* file, int line);
 
+// cudaMalloc / cudaHostAlloc (flags as cudaHostAlloc's) of at least 16 bytes for `what` (named in
+// the error). Lack of memory throws OutOfMemoryError (core/error.h) naming what, how much and, for the
+// device, what is free; any other failure is a bug (aborts like TANDEM_CUDA_CHECK).
+void* device_alloc(size_t bytes, const char* what);
+void* host_alloc(size_t bytes, unsigned flags, const char* what);
+
 // Element type of a weight matrix on the device: the checkpoint's own (no conversion, so f32
 // checkpoints keep f32 accuracy and bf16 ones stream half the bytes).
 enum class WType : int { kF32, kBF16, kF16 };

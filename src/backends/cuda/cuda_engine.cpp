@@ -11,9 +11,11 @@
 #include <string>
 
 #include "backends/cuda/attention.cuh"
+#include "backends/cuda/cuda_diagnostics.h"
 #include "backends/cuda/cuda_engine.h"
 #include "backends/cuda/cuda_weights.h"
 #include "backends/cuda/gpu_peer.h"
+#include "backends/cuda/kernel_policy.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/linear.cuh"
 #include "backends/cuda/mla_decode.cuh"
@@ -43,6 +45,8 @@ class CudaEngine final : public Engine {
   std::optional<CudaPeerStats> peer_stats() const;
   bool set_pdl(bool on);
   void drop_graphs();
+  const KernelPolicy& policy() const { return policy_; }
+  void set_policy(const KernelPolicy& p);  // checked by the caller; drops the graphs captured under the old one
 
  private:
   void ensure_rows(int n);
@@ -65,6 +69,7 @@ class CudaEngine final : public Engine {
   bool split_ = false;  // split lane: the GPU computes its share of the cold slots too; the peer's rows add in
   bool pdl_ok_ = false;  // neither TANDEM_PDL=0 nor a device before sm_90
   bool pdl_ = false;     // pdl_ok_ && cuda_.pdl (or set_pdl's choice)
+  KernelPolicy policy_;  // the kernels' choices: the product's defaults unless a diagnostic set others
   int ctx_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;  // blocking-sync event the host sleeps on (host_wait sleep); null: spin
@@ -131,14 +136,15 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
   std::vector<std::vector<int32_t>> cold;
   const bool uses_peer = cuda_.lane == CudaLane::kPeer || cuda_.lane == CudaLane::kSplit;
   if (cuda_.lane != CudaLane::kLocal) {
-    if (!cuda_.cold.empty() && int64_t(cuda_.cold.size()) != c_.n_layer)
-      fail("cold expert lists: {} given for a model of {} layers", cuda_.cold.size(), c_.n_layer);
+    // The lists come from a rowmap that placement/rowmap validated (or a stand-in made for this
+    // model): a list outside the model is a caller's bug, and would index past the expert tables.
+    TANDEM_ASSERT(cuda_.cold.empty() || int64_t(cuda_.cold.size()) == c_.n_layer, "{} cold lists for {} layers",
+                  cuda_.cold.size(), c_.n_layer);
     for (size_t l = 0; l < cuda_.cold.size(); ++l) {
       std::vector<bool> seen(size_t(c_.n_expert), false);
       for (int32_t e : cuda_.cold[l]) {
-        if (!c_.layer_is_moe[l]) fail("cold expert {} on layer {}, which has no experts", e, l);
-        if (e < 0 || e >= c_.n_expert) fail("cold expert {} on layer {} is outside [0, {})", e, l, c_.n_expert);
-        if (seen[size_t(e)]) fail("cold expert {} listed twice on layer {}", e, l);
+        TANDEM_ASSERT(c_.layer_is_moe[l] && e >= 0 && e < c_.n_expert && !seen[size_t(e)],
+                      "cold expert {} on layer {}: not a unique routed expert of a MoE layer", e, l);
         seen[size_t(e)] = true;
       }
     }
@@ -198,9 +204,9 @@ CudaEngine::CudaEngine(const Model& model, const EngineOptions& options, const C
   TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const size_t need = per_layer * 4 * size_t(c_.n_layer);
   if (need + (size_t(1) << 30) > free_b)
-    fail("the KV cache for {} sequences of {} positions needs {:.2f} GiB; {:.2f} GiB of GPU memory are free "
-         "(lower --ctx or the number of sequences)",
-         options_.max_seqs, ctx_, double(need) / (1 << 30), double(free_b) / (1 << 30));
+    fail_out_of_memory("the KV cache for {} sequences of {} positions needs {:.2f} GiB; {:.2f} GiB of GPU memory are "
+                       "free (lower --ctx or the number of sequences)",
+                       options_.max_seqs, ctx_, double(need) / (1 << 30), double(free_b) / (1 << 30));
   for (int64_t l = 0; l < c_.n_layer; ++l) {
     if (c_.mla) {
       k_cache_.push_back(w_->alloc_f32(per_layer));
@@ -266,12 +272,9 @@ void CudaEngine::sync() {
 
 template <class T>
 T* CudaEngine::scratch(size_t count) {
-  void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, std::max<size_t>(count * sizeof(T), 16));
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    fail("GPU out of memory for step buffers of {} rows: {}", R_, cudaGetErrorString(err));
-  }
+  scratch_.reserve(scratch_.size() + 1);  // the push below cannot throw once the memory is held
+  const std::string what = fmt::format("step buffers of {} rows", R_);
+  void* p = device_alloc(count * sizeof(T), what.c_str());
   scratch_.push_back(p);
   return static_cast<T*>(p);
 }
@@ -282,6 +285,11 @@ void CudaEngine::drop_graphs() {
   for (auto& [k, g] : graphs_) TANDEM_CUDA_CHECK(cudaGraphExecDestroy(g));
   graphs_.clear();
   seen_.clear();
+}
+
+void CudaEngine::set_policy(const KernelPolicy& p) {
+  drop_graphs();  // captured with the old choices
+  policy_ = p;
 }
 
 bool CudaEngine::set_pdl(bool on) {
@@ -297,14 +305,15 @@ void CudaEngine::ensure_rows(int n) {
   scratch_.clear();
   if (h_meta_) TANDEM_CUDA_CHECK(cudaFreeHost(h_meta_));
   if (h_logits_) TANDEM_CUDA_CHECK(cudaFreeHost(h_logits_));
+  h_meta_ = nullptr, h_logits_ = nullptr;  // a failed allocation below must not leave them to be freed again
   int R = 32;
   while (R < n) R *= 2;
   R_ = std::min(R, kMaxStepRows);
   const size_t R8 = size_t(R_);
   const int nh = int(c_.n_head);
   d_meta_ = scratch<int32_t>(4 * R8);
-  TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_meta_), 4 * R8 * 4, cudaHostAllocDefault));
-  TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_logits_), R8 * size_t(V_) * 4, cudaHostAllocDefault));
+  h_meta_ = static_cast<int32_t*>(host_alloc(4 * R8 * 4, cudaHostAllocDefault, "the step's metadata"));
+  h_logits_ = static_cast<float*>(host_alloc(R8 * size_t(V_) * 4, cudaHostAllocDefault, "the step's logits"));
   x_ = scratch<float>(R8 * H_);
   h_ = scratch<float>(R8 * H_);
   hf_ = scratch<float>(R8 * H_);
@@ -436,7 +445,7 @@ void CudaEngine::enqueue_step(int n, int nw, bool single, bool long_ctx, bool ho
   const float eps = c_.rms_norm_eps;
   // Small steps fold each RMSNorm into the projection that reads its output (one launch fewer each).
   const bool fuse = n <= kLinearNormRows;
-  const bool mla_fused = single && !long_ctx && n <= mla_fused_rows();
+  const bool mla_fused = single && !long_ctx && n <= policy_.mla_fused_rows;
   for (int64_t l = 0; l < c_.n_layer; ++l) {
     const DLayer& L = w_->layers[size_t(l)];
     if (!fuse) launch_rms_norm(x_, H_, nullptr, n, H_, L.attn_norm, eps, h_, H_, stream_);
@@ -448,7 +457,7 @@ void CudaEngine::enqueue_step(int n, int nw, bool single, bool long_ctx, bool ho
     o.x = att_, o.x_stride = att_width_, o.n = n;
     o.w = L.o.p, o.wt = L.o.wt, o.M = H_, o.K = att_width_, o.w_ld = att_width_;
     o.y = x_, o.y_stride = H_, o.accumulate = true;
-    launch_linear(o, stream_);
+    launch_linear(o, policy_, stream_);
     if (!(fuse && L.moe)) launch_rms_norm(x_, H_, nullptr, n, H_, L.ffn_norm, eps, h_, H_, stream_);
     if (L.moe)
       moe(l, n, hooked, checking, fuse);
@@ -460,7 +469,7 @@ void CudaEngine::enqueue_step(int n, int nw, bool single, bool long_ctx, bool ho
   lm.x = hf_, lm.x_stride = H_, lm.n = nw;
   lm.w = w_->lm_head.p, lm.wt = w_->lm_head.wt, lm.M = V_, lm.K = H_, lm.w_ld = H_;
   lm.y = logits_d_, lm.y_stride = V_;
-  launch_linear(lm, stream_);
+  launch_linear(lm, policy_, stream_);
 }
 
 void CudaEngine::attention_gqa(int64_t l, const RowInfo& rows, bool fuse_norm) {
@@ -470,7 +479,7 @@ void CudaEngine::attention_gqa(int64_t l, const RowInfo& rows, bool fuse_norm) {
   if (fuse_norm) in.x = x_, in.norm_w = L.attn_norm, in.norm_eps = c_.rms_norm_eps;
   in.w = L.in_proj.p, in.wt = L.in_proj.wt, in.M = in_width_, in.K = H_, in.w_ld = H_;
   in.y = in_, in.y_stride = in_width_;
-  launch_linear(in, stream_);
+  launch_linear(in, policy_, stream_);
   GqaPrepArgs a;
   a.qkv = in_, a.stride = in_width_;
   a.n_head = int(c_.n_head), a.n_head_kv = int(c_.n_head_kv), a.head_dim = int(c_.head_dim);
@@ -495,7 +504,7 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
   if (fuse_norm) in.x = x_, in.norm_w = L.attn_norm, in.norm_eps = c_.rms_norm_eps;
   in.w = L.in_proj.p, in.wt = L.in_proj.wt, in.M = in_width_, in.K = H_, in.w_ld = H_;
   in.y = in_, in.y_stride = in_width_;
-  launch_linear(in, stream_);
+  launch_linear(in, policy_, stream_);
   MlaArgs a;
   a.fused = in_, a.stride = in_width_;
   a.q_lora = c_.q_lora_rank > 0;
@@ -505,17 +514,17 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
   a.cache = k_cache_[size_t(l)];
   // Small decode steps skip mla_prep: q_b normalises q_a itself, attention builds each row's new cache
   // entry (attention.cuh, `fresh`).
-  const bool fresh = single && fuse_norm && mla_fresh() && mla_fresh_applies(a);
-  if (fresh && fused && L.uk_t.wt == L.q_b.wt && L.kv_b.wt == L.q_b.wt && mla_decode_applies(a, L.q_b.wt)) {
+  const bool fresh = single && fuse_norm && policy_.mla_fresh_rows && mla_fresh_applies(a);
+  if (fresh && fused && L.uk_t.wt == L.q_b.wt && L.kv_b.wt == L.q_b.wt && mla_decode_applies(a, L.q_b.wt, policy_)) {
     MlaDecodeArgs d;
     d.a = a;
     d.q_b = L.q_b.p, d.uk_t = L.uk_t.p, d.kv_b = L.kv_b.p, d.wt = L.q_b.wt;
     d.out = att_, d.out_stride = att_width_;
-    if (mla_prefetch_moe()) {  // HBM idles through most of this launch: o_proj's, the router's and the
+    if (policy_.mla_prefetch_moe) {  // HBM idles through most of this launch: o_proj's, the router's and the
       d.after.add(L.o.p, L.o.bytes());  // shared expert's weights come next
       if (L.moe) d.after.add(L.router.p, L.router.bytes()), d.after.add(L.shared_expert, L.shared_expert_bytes);
     }
-    launch_mla_decode(d, rows, rope_, scale_, stream_);
+    launch_mla_decode(d, rows, rope_, scale_, policy_, stream_);
     return;
   }
   if (!fresh) launch_mla_prep(a, rows, rope_, stream_);
@@ -527,7 +536,7 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
     if (fresh) qb.norm_w = L.q_a_norm, qb.norm_eps = c_.rms_norm_eps;
     qb.w = L.q_b.p, qb.wt = L.q_b.wt, qb.M = nh * qk, qb.K = a.q_width, qb.w_ld = a.q_width;
     qb.y = q_, qb.y_stride = nh * qk;
-    launch_linear(qb, stream_);
+    launch_linear(qb, policy_, stream_);
     q = q_;
     q_stride = nh * qk;
   }
@@ -537,8 +546,9 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
   uk.w = L.uk_t.p, uk.wt = L.uk_t.wt, uk.M = lora, uk.K = nope, uk.w_ld = nope;
   uk.y = q_lat_, uk.y_stride = int64_t(nh) * lora;
   uk.batch = nh, uk.x_bstride = qk, uk.w_bstride = int64_t(lora) * nope, uk.y_bstride = lora;
-  launch_linear(uk, stream_);
-  launch_attention_mla(a, rows, q_lat_, q, q_stride, rope_, scale_, o_lat_, mla_scratch_, fresh, stream_);
+  launch_linear(uk, policy_, stream_);
+  launch_attention_mla(a, rows, q_lat_, q, q_stride, rope_, scale_, o_lat_, mla_scratch_, fresh, policy_,
+                       stream_);
   // att[:, head, :] = W_uv[head] · o_lat[:, head, :], one batched launch over heads.
   LinearArgs up;
   up.x = o_lat_, up.x_stride = int64_t(nh) * lora, up.n = rows.n;
@@ -546,7 +556,7 @@ void CudaEngine::attention_mla(int64_t l, const RowInfo& rows, bool fuse_norm, b
   up.wt = L.kv_b.wt, up.M = vd, up.K = lora, up.w_ld = lora;
   up.y = att_, up.y_stride = att_width_;
   up.batch = nh, up.x_bstride = lora, up.w_bstride = int64_t(nope + vd) * lora, up.y_bstride = vd;
-  launch_linear(up, stream_);
+  launch_linear(up, policy_, stream_);
 }
 
 void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_norm) {
@@ -557,7 +567,7 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_nor
     g.x = x_, g.norm_w = L.ffn_norm, g.norm_eps = c_.rms_norm_eps, g.norm_out = h_, g.norm_out_stride = H_;
   g.w = L.router.p, g.wt = L.router.wt, g.M = E_, g.K = H_, g.w_ld = H_;
   g.y = gate_logits_, g.y_stride = E_;
-  launch_linear(g, stream_);
+  launch_linear(g, policy_, stream_);
   RouteArgs ra;
   ra.logits = gate_logits_, ra.n = n, ra.n_expert = E_, ra.k = int(c_.n_expert_used);
   switch (c_.router) {
@@ -574,9 +584,10 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_nor
   run.x = h_, run.n = n, run.slots_per_row = kS, run.slot_weight = wts_;
   run.h = hbuf_, run.h_stride = max_inter_, run.out = slot_out_;
   run.max_active = std::min(n * kS, n_tot);
-  run.evict_first = expert_evict_first();
+  run.evict_first = policy_.expert_evict_first;
   // One row and no peer: the expert blocks route the row themselves (moe.cuh), one launch fewer.
-  const bool routed = !peer_ && launch_expert_gate_up_routed(ra, n_tot, L.experts, work_, run, stream_);
+  const bool routed =
+      !peer_ && policy_.moe_route_in_gate_up && launch_expert_gate_up_routed(ra, n_tot, L.experts, work_, run, stream_);
   if (!routed) launch_route_group(ra, n_tot, split_ ? nullptr : mask, work_, stream_);
   if (hooked && hooks.on_routing) {
     std::vector<int32_t> ids(size_t(n) * kS);
@@ -604,8 +615,8 @@ void CudaEngine::moe(int64_t l, int n, bool hooked, bool checking, bool fuse_nor
     peer_->ring();
     launch_peer_submit(peer_->dev(), int(l), h_, ids_, wts_, mask, 0, std::min(n, chunk), kS, ra.k, stream_);
   }
-  if (!routed) launch_expert_gate_up(L.experts, work_, run, stream_);
-  launch_expert_down(L.experts, work_, run, stream_);
+  if (!routed) launch_expert_gate_up(L.experts, work_, run, policy_, stream_);
+  launch_expert_down(L.experts, work_, run, policy_, stream_);
   for (int r0 = 0; peer_ && r0 < n; r0 += chunk) {
     const int count = std::min(n - r0, chunk);
     if (r0 > 0) launch_peer_submit(peer_->dev(), int(l), h_, ids_, wts_, mask, r0, count, kS, ra.k, stream_);
@@ -630,9 +641,9 @@ void CudaEngine::dense_mlp(int64_t l, int n) {
   ExpertRun run;
   run.x = h_, run.n = n, run.slots_per_row = 1;
   run.h = hbuf_, run.h_stride = max_inter_, run.out = x_, run.dense = true;
-  run.evict_first = expert_evict_first();
-  launch_expert_gate_up(L.experts, work_, run, stream_);
-  launch_expert_down(L.experts, work_, run, stream_);
+  run.evict_first = policy_.expert_evict_first;
+  launch_expert_gate_up(L.experts, work_, run, policy_, stream_);
+  launch_expert_down(L.experts, work_, run, policy_, stream_);
 }
 
 std::optional<CudaPeerStats> CudaEngine::peer_stats() const {
@@ -663,13 +674,16 @@ void cuda_drop_graphs(Engine& engine) {
   if (auto* e = dynamic_cast<CudaEngine*>(&engine)) e->drop_graphs();
 }
 
-CudaKernelPolicy cuda_kernel_policy() {
-  const ExpertRowsPolicy e = expert_rows_policy();
-  const LinearPolicy l = linear_policy();
-  return {e.max_rows,   e.by_count,      l.mma_min_rows, l.row_split, l.norm_prepass,
-          l.split_target, mla_min_chunk(), mla_fresh(),    mla_fused_rows(), route_in_gate_up(),
-          mla_prefetch_moe(), expert_evict_first(), smem_carveout(), mla_cluster()};
+
+namespace {
+CudaEngine& cuda_engine(Engine& engine) {
+  auto* e = dynamic_cast<CudaEngine*>(&engine);
+  TANDEM_ASSERT(e, "a CUDA diagnostic called on an engine that is not a CUDA engine");
+  return *e;
 }
+}  // namespace
+
+CudaKernelPolicy cuda_kernel_policy(Engine& engine) { return cuda_engine(engine).policy(); }
 
 void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
   const int rows = p.expert_max_rows;
@@ -685,21 +699,9 @@ void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
     fail("MLA split chunk: {} positions is not 1 to 1024", p.mla_min_chunk);
   if (p.mla_fused_rows < 0 || p.mla_fused_rows > kLinearNormRows)
     fail("fused MLA decode rows: {} is not 0 (never) to {}", p.mla_fused_rows, kLinearNormRows);
-  if (p.smem_carveout < -1 || p.smem_carveout > 100)
-    fail("shared-memory carveout: {} is not -1 (the driver's choice) or 0 to 100 percent", p.smem_carveout);
-  if (!(p.mla_cluster == 4 || p.mla_cluster == 8 || p.mla_cluster == 16))
-    fail("fused MLA decode cluster: {} blocks is not 4, 8 or 16", p.mla_cluster);
-  cuda_drop_graphs(engine);
-  set_expert_rows_policy({rows, p.expert_by_count});
-  set_linear_policy({p.linear_mma_min_rows, split, p.linear_norm_prepass, p.linear_split_target});
-  set_mla_min_chunk(p.mla_min_chunk);
-  set_mla_fresh(p.mla_fresh_rows);
-  set_mla_fused_rows(p.mla_fused_rows);
-  set_route_in_gate_up(p.moe_route_in_gate_up);
-  set_mla_prefetch_moe(p.mla_prefetch_moe);
-  set_expert_evict_first(p.expert_evict_first);
-  set_smem_carveout(p.smem_carveout);
-  set_mla_cluster(p.mla_cluster);
+  if (!(p.mla_cluster == 4 || p.mla_cluster == kMlaCluster))
+    fail("fused MLA decode cluster: {} blocks is not 4 or {}", p.mla_cluster, kMlaCluster);
+  cuda_engine(engine).set_policy(p);
 }
 
 std::optional<int> parse_cuda_device(std::string_view device) {

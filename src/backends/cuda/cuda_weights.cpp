@@ -1,6 +1,7 @@
 // Weight upload (see cuda_weights.cuh).
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "backends/cuda/cuda_weights.h"
 
@@ -70,26 +71,15 @@ DeviceMemory::~DeviceMemory() {
 }
 
 void* DeviceMemory::device(size_t bytes, std::string_view what) {
-  void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 16));
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    size_t free_b = 0, total = 0;
-    cudaMemGetInfo(&free_b, &total);
-    fail("GPU out of memory uploading {} ({} bytes; {:.2f} GiB free of {:.2f}): {}", what, bytes,
-         double(free_b) / (1 << 30), double(total) / (1 << 30), cudaGetErrorString(err));
-  }
+  dev_.reserve(dev_.size() + 1);  // the push below cannot throw once the memory is held
+  void* p = device_alloc(bytes, std::string(what).c_str());
   dev_.push_back(p);
   return p;
 }
 
 void* DeviceMemory::host_mapped(size_t bytes, std::string_view what) {
-  void* p = nullptr;
-  cudaError_t err = cudaHostAlloc(&p, std::max<size_t>(bytes, 16), cudaHostAllocMapped);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    fail("pinned host memory for {} ({} bytes): {}", what, bytes, cudaGetErrorString(err));
-  }
+  host_.reserve(host_.size() + 1);
+  void* p = host_alloc(bytes, cudaHostAllocMapped, std::string(what).c_str());
   host_.push_back(p);
   return p;
 }

@@ -44,8 +44,8 @@ struct DLayer {
 };
 
 // Owner of device allocations and mapped pinned host allocations, freed on destruction (with the
-// device current at that time set by the caller). A failed allocation is an InputError naming `what`
-// and, for HBM, the free memory.
+// device current at that time set by the caller). Lack of memory is an OutOfMemoryError naming `what`,
+// the size and, for HBM, the free memory (device_alloc / host_alloc in cuda_common.cuh).
 class DeviceMemory {
  public:
   DeviceMemory() = default;

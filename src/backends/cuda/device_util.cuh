@@ -140,17 +140,15 @@ void with_wtype(WType wt, F&& f) {
 // acc[w][r] += Σ_k W_w[k] · x_r[k] for NW weight rows (sharing the activation loads) and nr ≤ R
 // activation rows, partial per lane (reduce with warp_sum afterwards). `vec`: W rows and x rows are
 // 16-byte aligned and K is a multiple of vec_of<T>() (then 16-byte loads; else a scalar loop).
-// kNorm (an RMSNorm in front, nw its weights, 16-byte aligned): kNormScaled multiplies each x_r by
-// scale[r] · nw[k] on the fly (the rounding of rms_norm_kernel's output); kNormGain by nw[k] only and
-// adds x_r[k]² into ss[r] (f64, partial per lane), so that one pass over x yields both the dot and
-// the row's sum of squares (the caller scales the dot afterwards). kHint: the 16-byte weight loads
-// carry the L2 eviction policy `policy` (l2_policy).
-enum : int { kNormNone = 0, kNormScaled = 1, kNormGain = 2 };
+// kNormGain (an RMSNorm in front, nw its weights, 16-byte aligned) multiplies each x_r by nw[k]
+// only and adds x_r[k]² into ss[r] (f64, partial per lane), so that one pass over x yields both the
+// dot and the row's sum of squares (the caller scales the dot afterwards). kHint: the 16-byte weight
+// loads carry the L2 eviction policy `policy` (l2_policy).
+enum : int { kNormNone = 0, kNormGain = 2 };  // 2: as kernel labels in bench/results name it
 template <class T, int NW, int R, int kNorm = kNormNone, bool kHint = false>
 __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, const float* const (&x)[R], int nr,
                                               bool vec, float (&acc)[NW][R], const float* nw = nullptr,
-                                              const float* scale = nullptr, double* ss = nullptr,
-                                              uint64_t policy = 0) {
+                                              double* ss = nullptr, uint64_t policy = 0) {
   const int lane = threadIdx.x % kWarp;
   if (vec) {
     constexpr int V = vec_of<T>();
@@ -174,11 +172,7 @@ __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, co
 #pragma unroll
           for (int q = 0; q < V / 4; ++q) {
             float4 xv = xp[q];
-            if constexpr (kNorm == kNormScaled) {
-              const float4 g = reinterpret_cast<const float4*>(nw + k)[q];
-              const float s = scale[r];
-              xv = make_float4(xv.x * s * g.x, xv.y * s * g.y, xv.z * s * g.z, xv.w * s * g.w);
-            } else if constexpr (kNorm == kNormGain) {
+            if constexpr (kNorm == kNormGain) {
               const float4 g = reinterpret_cast<const float4*>(nw + k)[q];
               ss[r] += double(xv.x) * xv.x + double(xv.y) * xv.y + double(xv.z) * xv.z + double(xv.w) * xv.w;
               xv = make_float4(xv.x * g.x, xv.y * g.y, xv.z * g.z, xv.w * g.w);
@@ -200,7 +194,6 @@ __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, co
       for (int r = 0; r < R; ++r)
         if (r < nr) {
           float xv = x[r][k];
-          if constexpr (kNorm == kNormScaled) xv = xv * scale[r] * nw[k];
           if constexpr (kNorm == kNormGain) {
             ss[r] += double(xv) * xv;
             xv = xv * nw[k];
@@ -216,9 +209,8 @@ __device__ __forceinline__ void warp_dot_rows(const T* const (&w)[NW], int K, co
 // one shorter), chunk g of the whole list going to part g % parts, each chunk one bulk prefetch into
 // L2 (cp.async.bulk.prefetch.L2). Fire and forget: nothing waits for it; before sm_90 it does nothing.
 // The prefetches queue on the issuing SM's copy engine, so a kernel should spread them over its
-// blocks and issue them early in a block that runs on (measured: 8.7 MB of them from the 8 blocks
-// of a one-row MoE combine, right before its end, made the step 0.35 ms slower; spread over 128
-// blocks, still 84 µs).
+// blocks and issue them early in a block that runs on (a short kernel's few blocks asking for the
+// next layer's weights held it up: bench/RESULTS.md, "Tried and dropped", "More L2 prefetches").
 constexpr uint32_t kL2Chunk = 16 * 1024;
 __device__ __forceinline__ void l2_prefetch_part(const L2Prefetch& pf, int part, int parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

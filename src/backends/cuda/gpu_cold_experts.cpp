@@ -14,6 +14,11 @@
 
 namespace tandem::cuda {
 
+namespace {
+// The peer runs the product's kernel choices (the engine's defaults); no diagnostics reach it.
+constexpr KernelPolicy kPolicy{};
+}  // namespace
+
 GpuColdExperts::GpuColdExperts(const Model& model, const Rowmap& rowmap, int device, int64_t max_rows,
                                int64_t split_begin)
     : device_(device),
@@ -147,8 +152,8 @@ void GpuColdExperts::compute(int layer, const float* x, int64_t n_rows, const in
   r.out = slot_out_;
   r.max_active = int(std::min<int64_t>(n_expert_ + 1, n_slots));
   const ExpertTable& t = tables_[size_t(layer)];
-  launch_expert_gate_up(t, work_, r, stream_);
-  launch_expert_down(t, work_, r, stream_);
+  launch_expert_gate_up(t, work_, r, kPolicy, stream_);
+  launch_expert_down(t, work_, r, kPolicy, stream_);
   // out_[r] = Σ_j slot_out[r, j]; the combine also adds it into its residual argument: x_, spent by now.
   launch_moe_combine(slot_out_, int(n_rows), int(k), int(hidden_), out_, x_, stream_);
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(out, out_, row_bytes, cudaMemcpyDeviceToHost, stream_));

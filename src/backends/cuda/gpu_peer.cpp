@@ -91,10 +91,10 @@ GpuPeerLane::GpuPeerLane(const Model& model, const std::vector<std::vector<int32
   init.wait_ns_total = h.wait_ns_total.load(std::memory_order_relaxed);
   init.wait_ns_max = h.wait_ns_max.load(std::memory_order_relaxed);
   for (int i = 0; i < kPeerHistBuckets; ++i) init.hist[i] = h.wait_hist[i].load(std::memory_order_relaxed);
-  TANDEM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st_), sizeof(PeerDevState)));
+  st_ = static_cast<PeerDevState*>(device_alloc(sizeof(PeerDevState), "the peer lane's device state"));
   TANDEM_CUDA_CHECK(cudaMemcpy(st_, &init, sizeof init, cudaMemcpyHostToDevice));
   dev_.st = st_;
-  TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_err_), 2 * sizeof(int), cudaHostAllocDefault));
+  h_err_ = static_cast<int*>(host_alloc(2 * sizeof(int), cudaHostAllocDefault, "the peer lane's error word"));
   h_err_[0] = h_err_[1] = 0;
 
   // Cold masks [n_expert + 1] per layer (the last entry: the shared expert, never cold).
@@ -104,7 +104,7 @@ GpuPeerLane::GpuPeerLane(const Model& model, const std::vector<std::vector<int32
     std::vector<uint8_t> m(size_t(c.n_expert) + 1, 0);
     if (size_t(l) < cold.size())
       for (int32_t e : cold[size_t(l)]) m[size_t(e)] = 1;
-    TANDEM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&masks_[size_t(l)]), m.size()));
+    masks_[size_t(l)] = static_cast<uint8_t*>(device_alloc(m.size(), "a cold expert mask"));
     TANDEM_CUDA_CHECK(cudaMemcpy(masks_[size_t(l)], m.data(), m.size(), cudaMemcpyHostToDevice));
   }
   checks_.assign(size_t(c.n_layer), LayerCheck{});

@@ -29,28 +29,17 @@ class PdlScope {
   bool prev_;
 };
 
-// The calling thread's kernel profile (kernel_profile.cu; null unless a KernelProfile is alive):
-// launch_kernel() brackets each launch with its events.
-class LaunchTrace;
-LaunchTrace* launch_trace();
-void trace_before(LaunchTrace* t, const void* kernel, dim3 grid, cudaStream_t stream);
-void trace_after(LaunchTrace* t, cudaStream_t stream);
-// One thread spinning for `cycles` SM clock cycles (kernel_profile's head start for the host).
+// Diagnostics of the calling thread's launches (cuda_diagnostics.h: KernelProfile, KernelRepeat):
+// null unless one is alive, so an ordinary launch pays one call and a null check for them.
+// launch_times: how many times to issue this kernel on this grid (1, or 2 where a KernelRepeat names
+// it); launch_before / launch_after bracket each issue (a KernelProfile's events).
+class LaunchDiagnostics;
+LaunchDiagnostics* launch_diagnostics();
+int launch_times(LaunchDiagnostics* d, const void* kernel, dim3 grid);
+void launch_before(LaunchDiagnostics* d, const void* kernel, dim3 grid, cudaStream_t stream);
+void launch_after(LaunchDiagnostics* d, cudaStream_t stream);
+// One thread spinning for `cycles` SM clock cycles (KernelProfile's head start for the host).
 void launch_delay(long long cycles, cudaStream_t stream);
-// The shared-memory / L1 split every launch_kernel() asks for, in percent of the most shared memory
-// (CudaKernelPolicy::smem_carveout; -1: the driver's choice per kernel, the default). An SM runs blocks
-// of one split at a time, so two kernels in a row with different splits cannot share SMs: the next
-// one's blocks wait for the SMs to drain even under PDL. A diagnostic knob: one split for every kernel
-// measured no faster at one sequence on an H100 (bench/RESULTS.md, 2026-12-06).
-void set_smem_carveout(int percent);
-int smem_carveout();
-// Sets the kernel's carveout attribute to smem_carveout() if it was last set to something else.
-void apply_smem_carveout(const void* kernel);
-
-// How many times launch_kernel() issues this kernel on this grid: 1, or 2 while a KernelRepeat
-// (cuda_engine.h) of the calling thread names it (a diagnostic: a step's time with the kernel twice,
-// less its time with it once, is the kernel's share of the step's critical path).
-int launch_times(const void* kernel, dim3 grid);
 
 // kernel<<<grid, block, smem, stream>>>(args...) in clusters of cluster_x blocks along x (1: none;
 // sm_90, grid.x a multiple of it), with programmatic stream serialization when pdl_enabled(). The
@@ -77,14 +66,19 @@ void launch_kernel_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t s
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = n_attr;
-  apply_smem_carveout(reinterpret_cast<const void*>(kernel));
-  LaunchTrace* trace = launch_trace();
-  const int times = launch_times(reinterpret_cast<const void*>(kernel), grid);
-  for (int i = 0; i < times; ++i) {
-    if (trace) trace_before(trace, reinterpret_cast<const void*>(kernel), grid, stream);
+  LaunchDiagnostics* diag = launch_diagnostics();
+  if (!diag) {
     TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
     TANDEM_CUDA_LAUNCH_CHECK();
-    if (trace) trace_after(trace, stream);
+    return;
+  }
+  const void* k = reinterpret_cast<const void*>(kernel);
+  const int times = launch_times(diag, k, grid);
+  for (int i = 0; i < times; ++i) {
+    launch_before(diag, k, grid, stream);
+    TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+    TANDEM_CUDA_LAUNCH_CHECK();
+    launch_after(diag, stream);
   }
 }
 

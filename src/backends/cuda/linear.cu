@@ -1,5 +1,4 @@
 // Dense projection and embedding kernels (see linear.cuh).
-#include <atomic>
 
 #include "backends/cuda/device_util.cuh"
 #include "backends/cuda/launch.cuh"
@@ -53,10 +52,10 @@ __device__ __forceinline__ void fused_norm(const LinearArgs& a, const float* xb,
 
 // y[r, m] for the block's features, kSplit warps a feature: the warps of feature m take consecutive
 // shares of K (whole steps of the dot's loop, so every share starts 16-byte aligned) and add their
-// sums in share order through shared memory; at kSplit 1 a warp streams the whole row. kNorm:
-// kNormScaled normalises x first (fused_norm, a pass of its own), kNormGain multiplies by the gain
-// only and takes the row's sum of squares from the same pass, scaling the dot at the end. Features
-// past M re-read row M - 1 (their sums are dropped), so every warp reaches the block's barriers.
+// sums in share order through shared memory; at kSplit 1 a warp streams the whole row. kNorm
+// (kNormGain: an RMSNorm in front) multiplies x by the gain only and takes the row's sum of squares
+// from the same pass, scaling the dot at the end. Features past M re-read row M - 1 (their sums are
+// dropped), so every warp reaches the block's barriers.
 template <class T, int kRows, int kNorm, int kSplit>
 __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs a, bool vec) {
   constexpr int kFeatures = kLinearWarps / kSplit;
@@ -80,7 +79,6 @@ __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs
   __shared__ float scale[kLinearNormRows];
   __shared__ float part_dot[kSplit][kFeatures][kRows];
   __shared__ double part_ss[kSplit][kFeatures][kRows];
-  if constexpr (kNorm == kNormScaled) fused_norm(a, xb, vec, scale);
   const bool writer = live && part == 0 && lane == 0;
   for (int r0 = 0; r0 < a.n; r0 += kRows) {
     const int nr = min(kRows, a.n - r0);
@@ -94,7 +92,7 @@ __global__ void __launch_bounds__(kLinearWarps * kWarp) linear_kernel(LinearArgs
     }
     float acc[1][kRows] = {};
     double ss[kRows] = {};
-    warp_dot_rows<T, 1, kRows, kNorm>(w, kn, x, nr, vec, acc, kNorm ? a.norm_w + k0 : nullptr, scale, ss);
+    warp_dot_rows<T, 1, kRows, kNorm>(w, kn, x, nr, vec, acc, kNorm ? a.norm_w + k0 : nullptr, ss);
     float v[kRows];
     double q[kRows];
 #pragma unroll
@@ -277,58 +275,39 @@ __global__ void embedding_kernel(const T* embed, int H, const int32_t* tokens, f
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 static_assert(kLinearNormRows <= kLinearWarps && kLinearNormRows <= kMmaWarps, "a warp per normalised row");
 
-std::atomic<int> g_mma_min_rows{LinearPolicy{}.mma_min_rows};
-std::atomic<int> g_row_split{LinearPolicy{}.row_split};
-std::atomic<bool> g_norm_prepass{LinearPolicy{}.norm_prepass};
-std::atomic<int> g_split_target{LinearPolicy{}.split_target};
-
-// Multiprocessors of the current device, asked once per device.
+// Multiprocessors of the current device, asked once per device and thread (a device fact cached per
+// thread, so no shared state; not a kernel choice).
 int sm_count() {
-  constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices] = {};
+  thread_local int known_dev = -1;
+  thread_local int known_n = 0;
   int dev = 0;
   TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 0 && dev < kDevices && known[dev].load(std::memory_order_relaxed) > 0) return known[dev].load();
-  int n = 0;
-  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  if (dev >= 0 && dev < kDevices) known[dev] = n;
-  return n;
+  if (dev != known_dev) {
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&known_n, cudaDevAttrMultiProcessorCount, dev));
+    known_dev = dev;
+  }
+  return known_n;
 }
 
 }  // namespace
 
-void set_linear_policy(LinearPolicy p) {
-  TANDEM_CUDA_REQUIRE(p.mma_min_rows >= 0, "tensor-core rows: 0 (never) or more");
-  TANDEM_CUDA_REQUIRE(p.row_split == 0 || p.row_split == 1 || p.row_split == 2 || p.row_split == 4,
-                      "warps per feature: 0 (by the grid), 1, 2 or 4");
-  TANDEM_CUDA_REQUIRE(p.split_target >= 1 && p.split_target <= 64, "blocks per multiprocessor: 1 to 64");
-  g_mma_min_rows = p.mma_min_rows;
-  g_row_split = p.row_split;
-  g_norm_prepass = p.norm_prepass;
-  g_split_target = p.split_target;
-}
-
-LinearPolicy linear_policy() {
-  return {g_mma_min_rows.load(), g_row_split.load(), g_norm_prepass.load(), g_split_target.load()};
-}
-
-bool linear_uses_mma(const LinearArgs& a) {
-  const int min_rows = g_mma_min_rows.load();
+bool linear_uses_mma(const LinearArgs& a, const KernelPolicy& p) {
+  const int min_rows = p.linear_mma_min_rows;
   return min_rows > 0 && a.n >= min_rows && a.wt == WType::kBF16 && a.K % kMmaChunk == 0 && a.w_ld % 8 == 0 &&
          a.w_bstride % 8 == 0 && a.x_stride % 4 == 0 && a.x_bstride % 4 == 0 && aligned16(a.w) && aligned16(a.x);
 }
 
-int linear_row_split(const LinearArgs& a) {
-  if (a.n != 1 || linear_uses_mma(a)) return 1;
-  const int fixed = g_row_split.load();
+int linear_row_split(const LinearArgs& a, const KernelPolicy& p) {
+  if (a.n != 1 || linear_uses_mma(a, p)) return 1;
+  const int fixed = p.linear_row_split;
   if (fixed > 0) return fixed;
-  const int64_t want = g_split_target.load() * int64_t(sm_count());
+  const int64_t want = p.linear_split_target * int64_t(sm_count());
   int s = 1;
   while (s < 4 && (int64_t(a.M) * s + kLinearWarps - 1) / kLinearWarps * a.batch < want) s *= 2;
   return s;
 }
 
-void launch_linear(const LinearArgs& a, cudaStream_t stream) {
+void launch_linear(const LinearArgs& a, const KernelPolicy& p, cudaStream_t stream) {
   if (a.n == 0 || a.M == 0) return;
   const int64_t V = 16 / int64_t(wtype_size(a.wt));
   const bool vec = a.K % V == 0 && a.w_ld % V == 0 && a.w_bstride % V == 0 && a.x_stride % 4 == 0 &&
@@ -336,7 +315,7 @@ void launch_linear(const LinearArgs& a, cudaStream_t stream) {
   const bool norm = a.norm_w != nullptr;
   TANDEM_CUDA_REQUIRE(!norm || (a.n <= kLinearNormRows && !a.x_rows && a.batch == 1 && aligned16(a.norm_w)),
                       "fused norm: at most kLinearNormRows plain rows, one problem");
-  if (linear_uses_mma(a)) {
+  if (linear_uses_mma(a, p)) {
     const dim3 mma_grid((a.M + kMmaFeatures - 1) / kMmaFeatures, a.batch);
     auto go = [&](auto kernel) { launch_kernel(kernel, mma_grid, kMmaWarps * kWarp, 0, stream, a); };
     if (a.n <= 8) norm ? go(linear_mma_kernel<1, true>) : go(linear_mma_kernel<1, false>);
@@ -344,8 +323,7 @@ void launch_linear(const LinearArgs& a, cudaStream_t stream) {
     else go(linear_mma_kernel<4, false>);
     return;
   }
-  const int split = linear_row_split(a);
-  const int nm = norm ? (g_norm_prepass.load() ? kNormScaled : kNormGain) : kNormNone;
+  const int split = linear_row_split(a, p);
   const dim3 grid((a.M * split + kLinearWarps - 1) / kLinearWarps, a.batch);
   with_rows(a.n, [&](auto rows) {
     constexpr int R = decltype(rows)::value;
@@ -353,8 +331,7 @@ void launch_linear(const LinearArgs& a, cudaStream_t stream) {
     auto pick = [&](auto tag, auto split_c) {
       using T = typename decltype(tag)::type;
       constexpr int S = decltype(split_c)::value;
-      if (nm == kNormGain) go(linear_kernel<T, R, kNormGain, S>);
-      else if (nm == kNormScaled) go(linear_kernel<T, R, kNormScaled, S>);
+      if (norm) go(linear_kernel<T, R, kNormGain, S>);
       else go(linear_kernel<T, R, kNormNone, S>);
     };
     with_wtype(a.wt, [&](auto tag) {

@@ -2,9 +2,10 @@
 // (f32/bf16/f16) and f32 activations and accumulation, plus the embedding gather. Two kernels:
 // - a step of few rows: one warp per output feature streams its weight row once with 16-byte loads
 //   and multiplies it with every row on the CUDA cores (8 rows a pass);
-// - a step of many rows (LinearPolicy, bf16 weights): the tensor cores (mma.sync m16n8k16, f32
-//   accumulation), each f32 activation split into three bf16 terms whose sum is the f32 value (24
-//   significand bits), so the products are those of f32 activations; a block takes 16 features and
+// - a step of many rows (KernelPolicy::linear_mma_min_rows, bf16 weights): the tensor cores
+//   (mma.sync m16n8k16, f32 accumulation), each f32 activation split into three bf16 terms whose sum
+//   is the f32 value (24 significand bits), so the products are those of f32 activations; a block
+//   takes 16 features and
 //   all rows in tiles of 32, its 8 warps splitting K and adding their partial sums in warp order.
 //   The CUDA-core kernel spends its time loading activations (8 floats per 8 weights and row), so
 //   at 8 to 32 rows it runs far below HBM speed; the tensor cores take 16 × 8 × 16 products per
@@ -12,6 +13,7 @@
 #pragma once
 
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/kernel_policy.h"
 
 namespace tandem::cuda {
 
@@ -40,34 +42,18 @@ struct LinearArgs {
   int64_t norm_out_stride = 0;
 };
 constexpr int kLinearNormRows = 8;
-void launch_linear(const LinearArgs& a, cudaStream_t stream);
-
-// Which kernel a projection runs on, and how (process-wide, read at each launch: a captured graph
-// keeps what it was captured with).
-// - mma_min_rows: steps of at least this many rows take the tensor-core kernel when it applies (bf16
-//   weights, K and the strides multiples of 32 / 8 / 4 elements, 16-byte aligned rows); 0: never.
-//   The two kernels add the products in different orders (results within f32 rounding of each other,
-//   not the same bits). The default, 2: on the H200 the tensor cores were 3% slower for one row and
-//   1.07× (2 rows) to 1.42× (32 rows) faster for the whole step at more (bench/RESULTS.md,
-//   "Projections on the tensor cores").
-// - row_split: warps per output feature of the CUDA-core kernel at one row (1, 2 or 4; each takes a
-//   share of K, the shares' sums added in order): 0 picks by the grid, the fewest that give the launch
-//   at least split_target blocks a multiprocessor. More warps a feature put more of a short row's
-//   loads in flight at once.
-// - norm_prepass: the CUDA-core kernel's fused RMSNorm computes each row's scale in a pass of its own
-//   before the dot (true) instead of taking the sum of squares from the dot's own pass (false).
-struct LinearPolicy {
-  int mma_min_rows = 2;
-  int row_split = 0;
-  bool norm_prepass = false;
-  int split_target = 2;
-};
-void set_linear_policy(LinearPolicy p);
-LinearPolicy linear_policy();
-// Whether launch_linear would run `a` on the tensor-core kernel under the current policy.
-bool linear_uses_mma(const LinearArgs& a);
-// Warps per output feature launch_linear would give `a` on the CUDA-core kernel (1 on the tensor cores).
-int linear_row_split(const LinearArgs& a);
+// Which kernel runs `a`, and how, is the policy's (KernelPolicy: linear_mma_min_rows,
+// linear_row_split, linear_split_target); a captured graph keeps what it was captured with.
+void launch_linear(const LinearArgs& a, const KernelPolicy& p, cudaStream_t stream);
+// Whether launch_linear runs `a` on the tensor-core kernel under `p`: at least p.linear_mma_min_rows
+// rows (0: never), bf16 weights, K and the strides multiples of 32 / 8 / 4 elements, 16-byte aligned
+// rows.
+bool linear_uses_mma(const LinearArgs& a, const KernelPolicy& p);
+// Warps per output feature launch_linear gives `a` on the CUDA-core kernel (1 on the tensor cores or
+// past one row): p.linear_row_split, or where that is 0 the fewest of 1, 2, 4 that give the launch at
+// least p.linear_split_target blocks a multiprocessor. More warps a feature put more of a short row's
+// loads in flight at once; their sums are added in share order.
+int linear_row_split(const LinearArgs& a, const KernelPolicy& p);
 
 // x[r, :] = embed[tokens[r], :] widened to f32. embed: [vocab, H] in `wt`; tokens: [n] (device).
 void launch_embedding(const void* embed, WType wt, int H, const int32_t* tokens, int n, float* x,

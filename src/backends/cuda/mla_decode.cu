@@ -4,7 +4,6 @@
 // shares and every block reads the others' from their shared memory (distributed shared memory).
 #include <cooperative_groups.h>
 
-#include <atomic>
 #include <utility>
 
 #include "backends/cuda/device_util.cuh"
@@ -358,54 +357,33 @@ __global__ void __launch_bounds__(kDecThreads)
   cluster.barrier_wait(std::move(arrived));
 }
 
-std::atomic<int> g_mla_fused_rows{1};
-std::atomic<bool> g_mla_prefetch_moe{true};
-std::atomic<int> g_mla_cluster{4};
-
 }  // namespace
 
 size_t mla_decode_smem(const MlaArgs& a, WType wt, int cluster) {
   return size_t(DecodeSmem(a, int(wtype_size(wt)), cluster).total);
 }
-namespace {
 
-// The policy's cluster size where its block fits kMlaDecodeMaxSmem, else kMlaCluster's.
-int cluster_for(const MlaArgs& a, WType wt) {
-  const int want = mla_cluster();
+int mla_decode_cluster(const MlaArgs& a, WType wt, const KernelPolicy& p) {
+  const int want = p.mla_cluster;
   return mla_decode_smem(a, wt, want) <= kMlaDecodeMaxSmem ? want : kMlaCluster;
 }
 
-}  // namespace
-size_t mla_decode_smem(const MlaArgs& a, WType wt) { return mla_decode_smem(a, wt, cluster_for(a, wt)); }
-
-bool mla_decode_applies(const MlaArgs& a, WType wt) {
+bool mla_decode_applies(const MlaArgs& a, WType wt, const KernelPolicy& p) {
   const int v = 16 / int(wtype_size(wt));  // weights per 16-byte copy
   return a.q_lora && mla_fresh_applies(a) && a.kv_lora % 2 == 0 && a.rope % 2 == 0 &&
          a.kv_lora + a.rope <= kMlaMaxWidth && a.q_width % v == 0 && a.nope % v == 0 && a.kv_lora % v == 0 &&
-         mla_decode_smem(a, wt) <= kMlaDecodeMaxSmem;
+         mla_decode_smem(a, wt, mla_decode_cluster(a, wt, p)) <= kMlaDecodeMaxSmem;
 }
-
-void set_mla_fused_rows(int rows) {
-  TANDEM_CUDA_REQUIRE(rows >= 0 && rows <= kLinearNormRows, "MLA fused rows: 0 to kLinearNormRows");
-  g_mla_fused_rows = rows;
-}
-int mla_fused_rows() { return g_mla_fused_rows.load(); }
-void set_mla_prefetch_moe(bool on) { g_mla_prefetch_moe = on; }
-bool mla_prefetch_moe() { return g_mla_prefetch_moe.load(); }
-void set_mla_cluster(int blocks) {
-  TANDEM_CUDA_REQUIRE(blocks == 4 || blocks == 8 || blocks == 16, "MLA decode cluster: 4, 8 or 16 blocks");
-  g_mla_cluster = blocks;
-}
-int mla_cluster() { return g_mla_cluster.load(); }
 
 void launch_mla_decode(const MlaDecodeArgs& d, const RowInfo& rows, const RopeTables& rope, float scale,
-                       cudaStream_t stream) {
+                       const KernelPolicy& p, cudaStream_t stream) {
   if (rows.n == 0) return;
   const MlaArgs& a = d.a;
-  TANDEM_CUDA_REQUIRE(mla_decode_applies(a, d.wt) && a.rope == rope.dim, "fused MLA decode: unsupported shapes");
+  TANDEM_CUDA_REQUIRE(p.mla_cluster == 4 || p.mla_cluster == kMlaCluster, "fused MLA decode: clusters of 4 or 8");
+  TANDEM_CUDA_REQUIRE(mla_decode_applies(a, d.wt, p) && a.rope == rope.dim, "fused MLA decode: unsupported shapes");
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   TANDEM_CUDA_REQUIRE(aligned(d.q_b) && aligned(d.uk_t) && aligned(d.kv_b), "fused MLA decode: unaligned weights");
-  const int cluster = cluster_for(a, d.wt);
+  const int cluster = mla_decode_cluster(a, d.wt, p);
   const size_t smem = mla_decode_smem(a, d.wt, cluster);
   const int w2 = (a.kv_lora + a.rope) / 2;
   with_wtype(d.wt, [&](auto tag) {
@@ -413,8 +391,6 @@ void launch_mla_decode(const MlaDecodeArgs& d, const RowInfo& rows, const RopeTa
     auto go = [&](auto kernel) {
       if (smem > 48 * 1024)
         TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      if (cluster > 8)  // past the portable size: sm_90 takes 16 when asked
-        TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
       launch_kernel_cluster(kernel, dim3(unsigned(cluster), a.n_head, rows.n), kDecThreads, smem, unsigned(cluster),
                             stream, d, rows, rope, scale);
     };
@@ -426,8 +402,8 @@ void launch_mla_decode(const MlaDecodeArgs& d, const RowInfo& rows, const RopeTa
       else if (w2 <= 5 * kWarp) go(mla_decode_kernel<T, 5, C>);
       else go(mla_decode_kernel<T, 9, C>);
     };
+    static_assert(kMlaCluster == 8, "the clusters launch_mla_decode instantiates: 4 and 8");
     if (cluster == 4) pick(std::integral_constant<int, 4>{});
-    else if (cluster == 16) pick(std::integral_constant<int, 16>{});
     else pick(std::integral_constant<int, 8>{});
   });
 }

@@ -2,14 +2,15 @@
 // q_nope through W_uk, attention over the latent cache (the row's new entry built inside, as the
 // `fresh` path of launch_attention_mla) and the expansion by W_uv — four dependent launches of the
 // unfused path (three projections and attention) become one. Each (row, head) is a cluster of
-// mla_cluster() blocks (sm_90 thread block clusters; 4 by default) that split every stage between them and trade
-// the intermediate vectors through distributed shared memory: each block computes its share of the
+// mla_decode_cluster() blocks (sm_90 thread block clusters; 4 by default) that split every stage
+// between them and trade the intermediate vectors through distributed shared memory: each block
+// computes its share of the
 // head's q, then of q_lat, attends over its share of the positions, and after the blocks' partial
 // softmax sums are combined (in block order, so every block holds the same o_lat) computes its share
 // of the head's output. Three cluster barriers replace three kernel boundaries, and every block
 // reads only its share of the head's q_b, W_uk and W_uv rows, which the copy engine brings into
-// its shared memory (bulk copies) from the kernel's first instruction on. Measured on the H200 at one
-// sequence: the step 0.90–0.91 ms against 1.06 unfused (bench/RESULTS.md, "Fused MLA decode").
+// its shared memory (bulk copies) from the kernel's first instruction on. Why it is the default at one
+// row: bench/RESULTS.md, "Fused MLA decode".
 #pragma once
 
 #include "backends/cuda/attention.cuh"
@@ -17,8 +18,8 @@
 
 namespace tandem::cuda {
 
-// Blocks per (row, head) where the policy's cluster (mla_cluster) would need more shared memory a
-// block than kMlaDecodeMaxSmem: the portable cluster size.
+// Blocks per (row, head) where the policy's cluster (KernelPolicy::mla_cluster) would need more shared
+// memory a block than kMlaDecodeMaxSmem: the portable cluster size.
 constexpr int kMlaCluster = 8;
 
 struct MlaDecodeArgs {
@@ -35,35 +36,24 @@ struct MlaDecodeArgs {
 // Whether the fused kernel takes a layer of these shapes with weights in wt: q_lora (a q_b
 // projection), the fresh path's conditions (mla_fresh_applies), kv_lora + rope even and at most
 // kMlaMaxWidth, rows of q_b, W_uk and W_uv in whole 16-byte copies, and its shared memory (the
-// block's weight slices and vectors, mla_decode_smem) at most kMlaDecodeMaxSmem.
+// block's weight slices and vectors, mla_decode_smem) at most kMlaDecodeMaxSmem at the cluster size
+// the launch takes (mla_decode_cluster).
 constexpr size_t kMlaDecodeMaxSmem = 200 * 1024;
-size_t mla_decode_smem(const MlaArgs& a, WType wt);  // at the cluster size the launch takes
 size_t mla_decode_smem(const MlaArgs& a, WType wt, int cluster);
-bool mla_decode_applies(const MlaArgs& a, WType wt);
+// Blocks per (row, head) cluster: p.mla_cluster (4 or 8) where a block of that size fits
+// kMlaDecodeMaxSmem, else kMlaCluster. Fewer blocks hold more of the head's weights each; results
+// differ in f32 rounding (the softmax partials combine in another grouping).
+int mla_decode_cluster(const MlaArgs& a, WType wt, const KernelPolicy& p);
+bool mla_decode_applies(const MlaArgs& a, WType wt, const KernelPolicy& p);
 
 // out[r, head · v_dim ...] = W_uv[head] · attention(q_lat, q_rope) for every row r of a decode step
 // (each row the only row of its sequence: rows.pos[r] is its own new position, written to the cache
 // here). The same function as launch_linear(q_b, fused norm) → launch_linear(W_uk) →
 // launch_attention_mla(fresh) → launch_linear(W_uv), within f32 rounding (sums in other orders).
+// Which decode steps take it is the caller's choice (KernelPolicy::mla_fused_rows).
 void launch_mla_decode(const MlaDecodeArgs& d, const RowInfo& rows, const RopeTables& rope, float scale,
-                       cudaStream_t stream);
+                       const KernelPolicy& p, cudaStream_t stream);
 
-// Decode steps of at most this many rows take launch_mla_decode (0: never; process-wide, read by the
-// engine when it enqueues a step, so a captured graph keeps its choice). Default 1.
-void set_mla_fused_rows(int rows);
-int mla_fused_rows();
-// Whether the engine gives the fused decode its layer's o_proj, router and shared expert weights to
-// ask L2 for (MlaDecodeArgs::after; process-wide, default on).
-void set_mla_prefetch_moe(bool on);
-bool mla_prefetch_moe();
-// Blocks per (row, head) cluster: 4 (the default), 8 or 16 (non-portable; sm_90 takes it). Fewer
-// blocks hold more of the head's weights each (mla_decode_smem grows; a shape whose block would not
-// fit kMlaDecodeMaxSmem at this size runs clusters of kMlaCluster); results differ in f32 rounding
-// (the softmax partials combine in another grouping). Process-wide, read when a step is enqueued.
-// Measured on H100 boxes at one sequence (bench/RESULTS.md, "Clusters of 4"): 4 blocks 9–12 µs a step
-// faster than 8, 16 blocks 259 µs slower.
-void set_mla_cluster(int blocks);
-int mla_cluster();
 // Rows whose position reaches this take the unfused path (the engine keys its graphs by it): each
 // head's cluster reads the whole context once, 4× the cache reads of attention_mla_kernel's groups
 // of 4 heads, which costs more than the saved launches at long contexts.

@@ -1,6 +1,5 @@
 // MoE kernels (see moe.cuh).
 #include <algorithm>
-#include <atomic>
 #include <cub/block/block_scan.cuh>
 
 #include "backends/cuda/device_util.cuh"
@@ -363,24 +362,6 @@ __device__ __forceinline__ bool expert_block(const ExpertTable& t, const MoeWork
   return true;
 }
 
-// Calls f(std::integral_constant<int, R>{}) with R the activation rows per pass for an expert of cnt
-// rows in a kernel built for at most kMax per pass (with_rows): the smallest of 1, 2, 4, 8 that covers
-// cnt (kMax beyond). An expert of one row then runs the one-row pass (fewer registers live, more loads
-// in flight) even in a step of many rows. Same sums whatever R (each row's dot runs in k order).
-template <int kMax, class F>
-__device__ __forceinline__ void with_count_rows(int cnt, F&& f) {
-  if constexpr (kMax >= 2) {
-    if (cnt <= 1) return f(std::integral_constant<int, 1>{});
-  }
-  if constexpr (kMax >= 4) {
-    if (cnt <= 2) return f(std::integral_constant<int, 2>{});
-  }
-  if constexpr (kMax >= 8) {
-    if (cnt <= 4) return f(std::integral_constant<int, 4>{});
-  }
-  f(std::integral_constant<int, kMax>{});
-}
-
 // Feature j's gate and up rows (wr) against the expert's rows in passes of R: h = silu(g) · u.
 template <class T, int R>
 __device__ __forceinline__ void gate_up_rows(const ExpertTable& t, const MoeWork& w, const ExpertRun& r,
@@ -396,8 +377,7 @@ __device__ __forceinline__ void gate_up_rows(const ExpertTable& t, const MoeWork
       x[i] = r.x + int64_t(row) * t.hidden;
     }
     float acc[2][R] = {};
-    warp_dot_rows<T, 2, R, kNormNone, true>(wr, t.hidden, x, nr, vec, acc, nullptr, nullptr, nullptr,
-                                            l2_policy(r.evict_first));
+    warp_dot_rows<T, 2, R, kNormNone, true>(wr, t.hidden, x, nr, vec, acc, nullptr, nullptr, l2_policy(r.evict_first));
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       if (i >= nr) break;
@@ -407,9 +387,8 @@ __device__ __forceinline__ void gate_up_rows(const ExpertTable& t, const MoeWork
   }
 }
 
-// kByCount: each block picks its passes' rows by its expert's count (with_count_rows), up to
-// kExpertRows; else every pass takes kExpertRows (with_rows of the step).
-template <class T, int kExpertRows, bool kByCount>
+// Every pass takes kExpertRows rows (with_rows of the step).
+template <class T, int kExpertRows>
 __global__ void __launch_bounds__(kExpertWarps * kWarp)
     expert_gate_up_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
   ExpertSlice s;
@@ -420,12 +399,7 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
   if (j >= inter) return;
   const T* wr[2] = {static_cast<const T*>(t.gate[s.e]) + int64_t(j) * t.hidden,
                     static_cast<const T*>(t.up[s.e]) + int64_t(j) * t.hidden};
-  if constexpr (kByCount) {
-    with_count_rows<kExpertRows>(
-        s.cnt, [&](auto rows) { gate_up_rows<T, decltype(rows)::value>(t, w, r, s, wr, j, vec); });
-  } else {
-    gate_up_rows<T, kExpertRows>(t, w, r, s, wr, j, vec);
-  }
+  gate_up_rows<T, kExpertRows>(t, w, r, s, wr, j, vec);
 }
 
 // Route + group + gate_up in one launch for one-row steps without a cold mask (kRoutedPL: experts per
@@ -478,7 +452,7 @@ __device__ __forceinline__ void down_rows(const ExpertTable& t, const MoeWork& w
     for (int i = 0; i < R; ++i) x[i] = r.h + int64_t(s.off + c0 + min(i, nr - 1)) * r.h_stride;
     float acc[NF][R] = {};
     warp_dot_rows<T, NF, R, kNormNone, true>(wr, inter, x, nr, vec && inter % vec_of<T>() == 0, acc, nullptr, nullptr,
-                                             nullptr, l2_policy(r.evict_first));
+                                             l2_policy(r.evict_first));
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       if (i >= nr) break;
@@ -499,7 +473,7 @@ __device__ __forceinline__ void down_rows(const ExpertTable& t, const MoeWork& w
   }
 }
 
-template <class T, int NF, int kExpertRows, bool kByCount>
+template <class T, int NF, int kExpertRows>
 __global__ void __launch_bounds__(kExpertWarps * kWarp)
     expert_down_kernel(ExpertTable t, MoeWork w, ExpertRun r, bool vec) {
   ExpertSlice s;
@@ -514,12 +488,7 @@ __global__ void __launch_bounds__(kExpertWarps * kWarp)
 #pragma unroll
   for (int f = 0; f < NF; ++f)
     wr[f] = static_cast<const T*>(t.down[s.e]) + int64_t(m0 + min(f, nm - 1)) * inter;
-  if constexpr (kByCount) {
-    with_count_rows<kExpertRows>(
-        s.cnt, [&](auto rows) { down_rows<T, NF, decltype(rows)::value>(t, w, r, s, wr, m0, nm, inter, vec); });
-  } else {
-    down_rows<T, NF, kExpertRows>(t, w, r, s, wr, m0, nm, inter, vec);
-  }
+  down_rows<T, NF, kExpertRows>(t, w, r, s, wr, m0, nm, inter, vec);
 }
 
 __global__ void moe_combine_kernel(const float* slot_out, int kS, int H, float* moe_out, float* x) {
@@ -548,35 +517,20 @@ dim3 expert_grid(const ExpertRun& r, int features, int per_warp) {
 }
 
 template <int NF>
-void launch_expert_down_nf(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
+void launch_expert_down_nf(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, const KernelPolicy& p,
+                           cudaStream_t stream) {
   const dim3 grid = expert_grid(r, t.hidden, NF);
   const bool vec = expert_vec(t, r);
-  const ExpertRowsPolicy p = expert_rows_policy();
-  with_rows(std::min(r.n, p.max_rows), [&](auto rows) {  // an expert has at most all the step's rows
+  with_rows(std::min(r.n, p.expert_max_rows), [&](auto rows) {  // an expert has at most all the step's rows
     constexpr int R = decltype(rows)::value;
     with_wtype(t.wt, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      auto go = [&](auto kernel) { launch_kernel(kernel, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec); };
-      p.by_count && !r.dense ? go(expert_down_kernel<T, NF, R, true>) : go(expert_down_kernel<T, NF, R, false>);
+      launch_kernel(expert_down_kernel<T, NF, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
     });
   });
 }
 
-std::atomic<int> g_expert_max_rows{ExpertRowsPolicy{}.max_rows};
-std::atomic<bool> g_expert_by_count{ExpertRowsPolicy{}.by_count};
-std::atomic<bool> g_route_in_gate_up{true};
-std::atomic<bool> g_expert_evict_first{true};
-
 }  // namespace
-
-void set_expert_rows_policy(ExpertRowsPolicy p) {
-  TANDEM_CUDA_REQUIRE(p.max_rows == 1 || p.max_rows == 2 || p.max_rows == 4 || p.max_rows == 8,
-                      "expert rows per pass: 1, 2, 4 or 8");
-  g_expert_max_rows = p.max_rows;
-  g_expert_by_count = p.by_count;
-}
-
-ExpertRowsPolicy expert_rows_policy() { return {g_expert_max_rows.load(), g_expert_by_count.load()}; }
 
 void launch_route(const RouteArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
@@ -640,17 +594,16 @@ void launch_route_group(const RouteArgs& a, int n_experts, const uint8_t* cold_m
   });
 }
 
-void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
+void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, const KernelPolicy& p,
+                           cudaStream_t stream) {
   if (r.n == 0) return;
   const dim3 grid = expert_grid(r, std::max(t.inter, t.shared_inter), 1);
   const bool vec = expert_vec(t, r);
-  const ExpertRowsPolicy p = expert_rows_policy();
-  with_rows(std::min(r.n, p.max_rows), [&](auto rows) {
+  with_rows(std::min(r.n, p.expert_max_rows), [&](auto rows) {
     constexpr int R = decltype(rows)::value;
     with_wtype(t.wt, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      auto go = [&](auto kernel) { launch_kernel(kernel, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec); };
-      p.by_count && !r.dense ? go(expert_gate_up_kernel<T, R, true>) : go(expert_gate_up_kernel<T, R, false>);
+      launch_kernel(expert_gate_up_kernel<T, R>, grid, kExpertWarps * kWarp, 0, stream, t, w, r, vec);
     });
   });
 }
@@ -658,7 +611,7 @@ void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertR
 bool launch_expert_gate_up_routed(const RouteArgs& a, int n_experts, const ExpertTable& t, const MoeWork& w,
                                   const ExpertRun& r, cudaStream_t stream) {
   const int kS = a.k + (a.shared_slot ? 1 : 0);
-  if (!g_route_in_gate_up || a.n != 1 || r.n != 1 || r.dense || kS > kWarp || a.n_expert > kRoutedPL * kWarp ||
+  if (a.n != 1 || r.n != 1 || r.dense || kS > kWarp || a.n_expert > kRoutedPL * kWarp ||
       n_experts > kMaxRouteExperts + 1)
     return false;
   TANDEM_CUDA_REQUIRE(a.n_group >= 1 && a.n_group <= 32 && a.n_expert % a.n_group == 0, "bad group count");
@@ -673,17 +626,13 @@ bool launch_expert_gate_up_routed(const RouteArgs& a, int n_experts, const Exper
   return true;
 }
 
-void set_route_in_gate_up(bool on) { g_route_in_gate_up = on; }
-bool route_in_gate_up() { return g_route_in_gate_up.load(); }
-void set_expert_evict_first(bool on) { g_expert_evict_first = on; }
-bool expert_evict_first() { return g_expert_evict_first.load(); }
-
-void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream) {
+void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, const KernelPolicy& p,
+                        cudaStream_t stream) {
   if (r.n == 0) return;
   if (r.dense)
-    launch_expert_down_nf<1>(t, w, r, stream);
+    launch_expert_down_nf<1>(t, w, r, p, stream);
   else
-    launch_expert_down_nf<kDownFeatures>(t, w, r, stream);
+    launch_expert_down_nf<kDownFeatures>(t, w, r, p, stream);
 }
 
 void launch_moe_combine(const float* slot_out, int n, int kS, int H, float* moe_out, float* x,

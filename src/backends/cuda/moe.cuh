@@ -9,6 +9,7 @@
 #pragma once
 
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/kernel_policy.h"
 
 namespace tandem::cuda {
 
@@ -74,38 +75,21 @@ struct ExpertRun {
   float* out = nullptr;                // MoE: slot_out [n * kS, H] (weighted); dense: residual y [n, H] (+=)
   int max_active = 0;                  // grid bound on active experts (device count read at run time)
   bool dense = false;                  // a plain MLP (expert 0) over rows 0..n-1, work unused
-  bool evict_first = false;            // weight loads marked evict-first in L2 (streamed once)
+  bool evict_first = false;            // weight loads marked evict-first in L2 (streamed once; a hint)
 };
-// How the expert kernels size their passes over an expert's rows (a process-wide tuning knob for
-// benchmarks, read at each launch: a captured graph keeps what it was captured with). max_rows: rows
-// per pass at most (1, 2, 4 or 8; fewer than the step's re-read each weight row from L1 once per
-// pass); by_count: each block sizes its passes by its own expert's rows rather than the step's. The
-// results are the same bits under every policy. The default, 4 rows: the 8-row passes hold 93
-// (gate_up) and 128 (down) registers a thread, two blocks an SM, and on the H200 the steps of 8 to
-// 32 sequences ran 1.19-1.24× faster at 4 (bench/RESULTS.md, "Expert rows per pass").
-struct ExpertRowsPolicy {
-  int max_rows = 4;
-  bool by_count = false;
-};
-void set_expert_rows_policy(ExpertRowsPolicy p);
-ExpertRowsPolicy expert_rows_policy();
-
-void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream);
-void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, cudaStream_t stream);
+// The expert kernels take the step's rows in passes of R = the smallest of 1, 2, 4, 8 that covers
+// them, at most p.expert_max_rows (fewer than an expert's rows re-read each weight row from L1 once
+// per pass; the same bits under every value). A captured graph keeps what it was captured with.
+void launch_expert_gate_up(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, const KernelPolicy& p,
+                           cudaStream_t stream);
+void launch_expert_down(const ExpertTable& t, const MoeWork& w, const ExpertRun& r, const KernelPolicy& p,
+                        cudaStream_t stream);
 // launch_route_group(a, n_experts, nullptr, w) then launch_expert_gate_up(t, w, r) in one launch, for
-// steps of one row without a cold mask and at most 384 routed experts while route_in_gate_up() (a
-// process-wide knob, default on, read at each launch): every block routes the row itself. Same
-// outputs, bitwise. Returns false, launching nothing, where it does not apply.
+// steps of one row without a cold mask and at most 384 routed experts: every block routes the row
+// itself. Same outputs, bitwise. Returns false, launching nothing, where it does not apply. Whether
+// to try it is the caller's choice (KernelPolicy::moe_route_in_gate_up).
 bool launch_expert_gate_up_routed(const RouteArgs& a, int n_experts, const ExpertTable& t, const MoeWork& w,
                                   const ExpertRun& r, cudaStream_t stream);
-void set_route_in_gate_up(bool on);
-bool route_in_gate_up();
-// Whether the engine marks the expert kernels' weight loads evict-first in L2 (ExpertRun::evict_first;
-// process-wide, read when a step is enqueued). Default on: each step streams every expert it routes
-// to once, and the step's other lines (its other weights, activations, the KV cache) then stay in L2
-// over them. Measured on an H100: ×1.018 at one sequence, ×1.02 at 8 (bench/RESULTS.md).
-void set_expert_evict_first(bool on);
-bool expert_evict_first();
 
 // moe_out[r] = Σ_j slot_out[r · kS + j] (j ascending); x[r] += moe_out[r]. Shapes [n, H].
 void launch_moe_combine(const float* slot_out, int n, int kS, int H, float* moe_out, float* x,

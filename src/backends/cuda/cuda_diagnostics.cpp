@@ -1,4 +1,5 @@
-// Per-kernel GPU times of one thread's launches (KernelProfile in cuda_engine.h, hooks in launch.cuh).
+// The launch hooks behind cuda_diagnostics.h (per-kernel GPU times, repeated kernels; launch.cuh calls
+// them only while one of them is alive on the launching thread).
 #include <cxxabi.h>
 #include <fmt/format.h>
 
@@ -9,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "backends/cuda/cuda_engine.h"
+#include "backends/cuda/cuda_diagnostics.h"
 #include "backends/cuda/launch.cuh"
 #include "core/error.h"
 
@@ -73,14 +74,12 @@ class LaunchTrace {
 };
 
 namespace {
-thread_local LaunchTrace* t_trace = nullptr;
 
 // KernelRepeat's state: the text a kernel's short name must contain, and each kernel's verdict.
 struct LaunchRepeat {
   std::string part;
   std::map<std::tuple<const void*, unsigned, unsigned, unsigned>, bool> twice;  // per kernel and grid
 };
-thread_local LaunchRepeat* t_repeat = nullptr;
 
 // "linear_kernel<float> [8x1x1]": a kernel on one grid, as KernelTime names it.
 std::string grid_label(const std::string& name, dim3 grid) {
@@ -92,25 +91,40 @@ std::string kernel_name(const void* kernel) {
   if (cudaFuncGetName(&mangled, kernel) != cudaSuccess) mangled = nullptr;
   return short_name(mangled);
 }
+
 }  // namespace
 
-LaunchTrace* launch_trace() { return t_trace; }
+// The calling thread's live diagnostics (the innermost KernelProfile and KernelRepeat).
+class LaunchDiagnostics {
+ public:
+  LaunchTrace* trace = nullptr;
+  LaunchRepeat* repeat = nullptr;
+};
 
-int launch_times(const void* kernel, dim3 grid) {
-  if (!t_repeat) return 1;
+namespace {
+thread_local LaunchDiagnostics t_diag;
+}  // namespace
+
+LaunchDiagnostics* launch_diagnostics() { return t_diag.trace || t_diag.repeat ? &t_diag : nullptr; }
+
+int launch_times(LaunchDiagnostics* d, const void* kernel, dim3 grid) {
+  LaunchRepeat* rep = d->repeat;
+  if (!rep) return 1;
   const auto key = std::make_tuple(kernel, grid.x, grid.y, grid.z);
-  auto it = t_repeat->twice.find(key);
-  if (it == t_repeat->twice.end()) {
+  auto it = rep->twice.find(key);
+  if (it == rep->twice.end()) {
     const std::string name = kernel_name(kernel);
     const std::string label = grid_label(name, grid);
     // The peer lane's handoff kernels count their requests: never issued twice.
-    const bool twice = label.find(t_repeat->part) != std::string::npos && name.find("peer_") == std::string::npos;
-    it = t_repeat->twice.emplace(key, twice).first;
+    const bool twice = label.find(rep->part) != std::string::npos && name.find("peer_") == std::string::npos;
+    it = rep->twice.emplace(key, twice).first;
   }
   return it->second ? 2 : 1;
 }
 
-void trace_before(LaunchTrace* t, const void* kernel, dim3 grid, cudaStream_t stream) {
+void launch_before(LaunchDiagnostics* d, const void* kernel, dim3 grid, cudaStream_t stream) {
+  LaunchTrace* t = d->trace;
+  if (!t) return;
   if (t->delay_next) {
     launch_delay(20'000'000, stream);  // ~10 ms: ample for a step's launches
     t->delay_next = false;
@@ -120,7 +134,9 @@ void trace_before(LaunchTrace* t, const void* kernel, dim3 grid, cudaStream_t st
   t->pending.push_back(p);
 }
 
-void trace_after(LaunchTrace* t, cudaStream_t stream) { TANDEM_CUDA_CHECK(cudaEventRecord(t->pending.back().b, stream)); }
+void launch_after(LaunchDiagnostics* d, cudaStream_t stream) {
+  if (LaunchTrace* t = d->trace) TANDEM_CUDA_CHECK(cudaEventRecord(t->pending.back().b, stream));
+}
 
 }  // namespace cuda
 
@@ -130,12 +146,12 @@ struct KernelProfile::Impl {
 };
 
 KernelProfile::KernelProfile() : impl_(std::make_unique<Impl>()) {
-  impl_->prev = cuda::t_trace;
-  cuda::t_trace = &impl_->trace;
+  impl_->prev = cuda::t_diag.trace;
+  cuda::t_diag.trace = &impl_->trace;
 }
 
 KernelProfile::~KernelProfile() {
-  cuda::t_trace = impl_->prev;
+  cuda::t_diag.trace = impl_->prev;
   auto& t = impl_->trace;
   cudaDeviceSynchronize();  // events still pending must not be destroyed under the device
   for (auto& p : t.pending) t.spare.push_back(p.a), t.spare.push_back(p.b);
@@ -182,10 +198,10 @@ struct KernelRepeat::Impl {
 KernelRepeat::KernelRepeat(std::string name_part) : impl_(std::make_unique<Impl>()) {
   if (name_part.empty()) fail("KernelRepeat: empty kernel name");
   impl_->repeat.part = std::move(name_part);
-  impl_->prev = cuda::t_repeat;
-  cuda::t_repeat = &impl_->repeat;
+  impl_->prev = cuda::t_diag.repeat;
+  cuda::t_diag.repeat = &impl_->repeat;
 }
 
-KernelRepeat::~KernelRepeat() { cuda::t_repeat = impl_->prev; }
+KernelRepeat::~KernelRepeat() { cuda::t_diag.repeat = impl_->prev; }
 
 }  // namespace tandem

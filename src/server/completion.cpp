@@ -273,6 +273,9 @@ void handle_completion(const CompletionContext& ctx, const httplib::Request& req
   if (!p.model.empty() && p.model != ctx.model_name)
     throw ApiError(404, fmt::format("The model `{}` does not exist: this server serves `{}`", p.model, ctx.model_name),
                    "model", "", "model_not_found");
+  // Starting, tripped or restarting: 503 before any work (the context is not even known while starting).
+  if (!ctx.scheduler.healthy())
+    throw ApiError(503, "the server is not serving: its lane is down or starting (see /health)");
   GenRequest g;
   try {
     if (chat)

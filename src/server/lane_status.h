@@ -15,6 +15,8 @@ struct LaneSnapshot {
   std::string state = "serving";
   std::string reason;          // why not serving ("" while serving)
   bool has_peer = false;       // peer and split lanes: the counters below mean something
+  int64_t peer_pid = 0;        // the peer process (0: none, or not known)
+  uint64_t restarts = 0;       // fresh lanes started after a trip (--restart-lane)
   uint64_t handoffs = 0, overruns = 0, rows_sent = 0;
   uint64_t routed_slots = 0, cold_slots = 0;  // (row, expert) pairs routed, all / to cold experts
   uint64_t wait_ns_total = 0;

@@ -89,6 +89,8 @@ std::string Metrics::render(const SchedulerSnapshot& s) const {
   const LaneSnapshot& l = s.lane;
   head(out, "tandem_lane_serving", "gauge", "1 while the lane serves, by lane and state");
   out += fmt::format("tandem_lane_serving{{lane=\"{}\",state=\"{}\"}} {}\n", l.name, l.state, l.serving ? 1 : 0);
+  head(out, "tandem_lane_restarts_total", "counter", "Fresh lanes started after a trip (--restart-lane)");
+  out += fmt::format("tandem_lane_restarts_total {}\n", l.restarts);
   if (l.has_peer) {
     head(out, "tandem_lane_handoffs_total", "counter", "Handoffs to the peer answered");
     out += fmt::format("tandem_lane_handoffs_total {}\n", l.handoffs);

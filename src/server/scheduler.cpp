@@ -79,14 +79,23 @@ struct Scheduler::Live {
   Live(GenRequest r, std::shared_ptr<Stream> s) : req(std::move(r)), stream(std::move(s)), sampler(req.sampling) {}
 };
 
-Scheduler::Scheduler(Engine& engine, SchedulerOptions options, LaneStatus* lane, Metrics* metrics)
-    : engine_(engine), options_(options), lane_(lane), metrics_(metrics), kv_at_start_(engine.kv_usage()) {
+Scheduler::Scheduler(Engine* engine, SchedulerOptions options, LaneStatus* lane, Metrics* metrics)
+    : options_(options), metrics_(metrics) {
   if (options_.max_seqs < 1) fail("--max-seqs {}: give 1 or more", options_.max_seqs);
   if (options_.max_queue < 0) fail("--max-queue {}: give 0 or more", options_.max_queue);
   if (options_.prefill_chunk < 1) fail("--prefill-chunk {}: give 1 or more", options_.prefill_chunk);
   snap_.state = "starting";
-  snap_.kv = kv_at_start_;
-  if (lane_) snap_.lane = lane_->snapshot();
+  snap_.lane.serving = false;
+  snap_.lane.state = "starting";
+  if (engine) {
+    engine_ = engine;
+    lane_ = lane;
+    max_ctx_ = engine->max_ctx();
+    vocab_ = engine->vocab_size();
+    kv_at_start_ = engine->kv_usage();
+    snap_.kv = kv_at_start_;
+    snap_.lane = lane_ ? lane_->snapshot() : LaneSnapshot{};
+  }
 }
 
 Scheduler::~Scheduler() { stop(); }
@@ -95,8 +104,7 @@ void Scheduler::start() {
   std::lock_guard lock(mu_);
   if (started_) return;
   started_ = true;
-  snap_.state = "serving";
-  snap_.healthy = snap_.lane.serving;
+  if (engine_ && !failed_) snap_.state = "serving";
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -106,6 +114,7 @@ void Scheduler::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  installed_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   std::lock_guard lock(mu_);
   for (auto& [req, stream] : waiting_) stream->end(Finish::kError, "the server is shutting down");
@@ -119,24 +128,35 @@ int64_t Scheduler::blocks_for(const GenRequest& r) const {
 }
 
 int64_t Scheduler::token_limit() const {
-  int64_t limit = engine_.max_ctx();
+  std::lock_guard lock(mu_);
+  int64_t limit = max_ctx_;
   if (kv_at_start_.blocks_total > 0)
     limit = std::min(limit, kv_at_start_.blocks_total * kv_at_start_.block_tokens);
   return limit;
 }
 
 std::shared_ptr<Stream> Scheduler::submit(GenRequest request, Submit& result) {
+  int64_t ctx = 0, vocab = 0;
+  KvUsage kv;
+  {
+    std::lock_guard lock(mu_);
+    if (!engine_) {
+      result = Submit::kUnhealthy;
+      return nullptr;
+    }
+    ctx = max_ctx_;
+    vocab = vocab_;
+    kv = kv_at_start_;
+  }
   const int64_t prompt = int64_t(request.prompt.size());
   if (prompt == 0) fail("the prompt is empty: give at least one token");
   if (request.max_tokens < 1) fail("max_tokens {}: give 1 or more", request.max_tokens);
-  const int64_t ctx = engine_.max_ctx();
   if (prompt + request.max_tokens > ctx)
     fail("the prompt has {} tokens and max_tokens is {}: together more than this server's context of {} tokens",
          prompt, request.max_tokens, ctx);
-  if (kv_at_start_.blocks_total > 0 && blocks_for(request) > kv_at_start_.blocks_total)
+  if (kv.blocks_total > 0 && blocks_for(request) > kv.blocks_total)
     fail("the prompt has {} tokens and max_tokens is {}: more than the KV pool's {} tokens", prompt,
-         request.max_tokens, kv_at_start_.blocks_total * kv_at_start_.block_tokens);
-  const int64_t vocab = engine_.vocab_size();
+         request.max_tokens, kv.blocks_total * kv.block_tokens);
   for (int32_t t : request.prompt)
     if (t < 0 || t >= vocab) fail("prompt token id {} is outside the vocabulary [0, {})", t, vocab);
   Sampler check(request.sampling);  // InputError on invalid parameters
@@ -146,7 +166,7 @@ std::shared_ptr<Stream> Scheduler::submit(GenRequest request, Submit& result) {
   stream->submitted_ = Clock::now();
   {
     std::lock_guard lock(mu_);
-    if (!started_ || failed_ || stopping_ || !snap_.lane.serving) {
+    if (!started_ || !engine_ || failed_ || stopping_ || !snap_.lane.serving) {
       result = Submit::kUnhealthy;
       return nullptr;
     }
@@ -165,11 +185,87 @@ SchedulerSnapshot Scheduler::snapshot() const {
   std::lock_guard lock(mu_);
   SchedulerSnapshot s = snap_;
   s.waiting = int64_t(waiting_.size());
-  s.healthy = started_ && !failed_ && !stopping_ && snap_.lane.serving;
+  s.healthy = started_ && engine_ && !failed_ && !stopping_ && snap_.lane.serving;
   return s;
 }
 
 bool Scheduler::healthy() const { return snapshot().healthy; }
+
+bool Scheduler::install(Engine& engine, LaneStatus* lane) {
+  std::unique_lock lock(mu_);
+  if (engine_) {
+    const KvUsage kv = engine.kv_usage();
+    if (engine.max_ctx() != max_ctx_ || engine.vocab_size() != vocab_ || kv.blocks_total != kv_at_start_.blocks_total ||
+        kv.block_tokens != kv_at_start_.block_tokens)
+      fail("the restarted engine differs from the first (context {} vs {}, vocabulary {} vs {}, KV pool {}x{} vs {}x{})",
+           engine.max_ctx(), max_ctx_, engine.vocab_size(), vocab_, kv.blocks_total, kv.block_tokens,
+           kv_at_start_.blocks_total, kv_at_start_.block_tokens);
+  }
+  if (stopping_) return false;
+  install_engine_ = &engine;
+  install_lane_ = lane;
+  installing_ = true;
+  if (!thread_.joinable()) {  // not started: nothing runs on the old engine
+    lock.unlock();
+    take_install();
+    return true;
+  }
+  cv_.notify_all();
+  installed_cv_.wait(lock, [&] { return !installing_ || stopping_; });
+  return !installing_;
+}
+
+void Scheduler::hold(std::string state, std::string reason) {
+  std::lock_guard lock(mu_);
+  failed_ = true;
+  snap_.state = std::move(state);
+  snap_.reason = std::move(reason);
+}
+
+void Scheduler::take_install() {
+  Engine* engine = nullptr;
+  LaneStatus* lane = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    if (!installing_) return;
+    engine = install_engine_;
+    lane = install_lane_;
+  }
+  // Whatever still runs on the old engine ends here, with an error (never a truncated answer).
+  for (auto& l : live_) {
+    l->stream->end(Finish::kError, "the lane was restarted under this request");
+    try {
+      engine_->remove_sequence(l->seq);
+    } catch (const std::exception&) {
+    }
+  }
+  live_.clear();
+  reserved_blocks_ = 0;
+  LaneSnapshot ls = lane ? lane->snapshot() : LaneSnapshot{};
+  const KvUsage kv = engine->kv_usage();
+  {
+    std::lock_guard lock(mu_);
+    if (!engine_) {
+      max_ctx_ = engine->max_ctx();
+      vocab_ = engine->vocab_size();
+      kv_at_start_ = kv;
+    }
+    engine_ = engine;
+    lane_ = lane;
+    failed_ = false;
+    failure_.clear();
+    snap_.state = started_ ? "serving" : "starting";
+    snap_.reason.clear();
+    snap_.lane = std::move(ls);
+    snap_.kv = kv;
+    snap_.running = 0;
+    live_n_ = 0;
+    installing_ = false;
+    install_engine_ = nullptr;
+    install_lane_ = nullptr;
+  }
+  installed_cv_.notify_all();
+}
 
 void Scheduler::loop() {
   auto last_lane = Clock::now();
@@ -179,7 +275,8 @@ void Scheduler::loop() {
       // Idle: sleep until work comes, refreshing the lane's state now and then (a peer that died
       // while nothing ran turns /health 503 without a request having to fail first).
       cv_.wait_for(lock, std::chrono::milliseconds(200), [&] {
-        if (stopping_) return true;
+        if (stopping_ || installing_) return true;
+        if (!engine_) return false;
         if (!waiting_.empty() && !failed_) return true;
         for (const auto& l : live_)
           if (l->stream->cancelled()) return true;
@@ -187,6 +284,8 @@ void Scheduler::loop() {
       });
       if (stopping_) break;
     }
+    take_install();
+    if (!engine_) continue;
     admit();
     if (!live_.empty()) step();
     if (lane_ && (live_.empty() || Clock::now() - last_lane > std::chrono::milliseconds(200))) {
@@ -198,14 +297,14 @@ void Scheduler::loop() {
     std::lock_guard lock(mu_);
     snap_.running = int64_t(live_.size());
     live_n_ = snap_.running;
-    snap_.kv = engine_.kv_usage();
+    snap_.kv = engine_->kv_usage();
     snap_.kv_blocks_reserved = reserved_blocks_;
     snap_.steps = steps_;
   }
   // Shutting down: every live request ends now.
   for (auto& l : live_) {
     l->stream->end(Finish::kError, "the server is shutting down");
-    engine_.remove_sequence(l->seq);
+    engine_->remove_sequence(l->seq);
   }
   live_.clear();
 }
@@ -217,7 +316,7 @@ void Scheduler::admit() {
   auto retire = [&] {
     for (auto& l : live_)
       if (l->finished) {
-        engine_.remove_sequence(l->seq);
+        engine_->remove_sequence(l->seq);
         reserved_blocks_ -= l->blocks;
         if (metrics_ && l->generated > 1) {
           const double span = std::chrono::duration<double>(l->last_token - l->first_token).count();
@@ -241,7 +340,7 @@ void Scheduler::admit() {
     auto l = std::make_unique<Live>(std::move(req), stream);
     l->submitted = stream->submitted_;
     l->blocks = blocks;
-    l->seq = engine_.add_sequence();
+    l->seq = engine_->add_sequence();
     reserved_blocks_ += blocks;
     live_.push_back(std::move(l));
     waiting_.pop_front();
@@ -250,7 +349,7 @@ void Scheduler::admit() {
 }
 
 void Scheduler::sample_into(Live& s, const float* logits) {
-  const int64_t vocab = engine_.vocab_size();
+  const int64_t vocab = engine_->vocab_size();
   GenToken t;
   t.id = s.sampler.sample(logits, vocab);
   if (s.req.top_logprobs >= 0) {
@@ -313,13 +412,13 @@ void Scheduler::step() {
   }
   const std::vector<float>* logits = nullptr;
   try {
-    logits = &engine_.forward(items);
+    logits = &engine_->forward(items);
   } catch (const std::exception& e) {
     fail_all(e.what());
     return;
   }
   ++steps_;
-  const int64_t vocab = engine_.vocab_size();
+  const int64_t vocab = engine_->vocab_size();
   for (size_t i = 0; i < items.size(); ++i) {
     Live& l = *owners[i];
     if (l.prefilled < int64_t(l.req.prompt.size())) {
@@ -341,7 +440,7 @@ void Scheduler::fail_all(const std::string& why) {
   for (auto& l : live_) {
     l->stream->end(Finish::kError, "the lane failed: " + why);
     try {
-      engine_.remove_sequence(l->seq);
+      engine_->remove_sequence(l->seq);
     } catch (const std::exception&) {
     }
   }

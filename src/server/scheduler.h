@@ -5,7 +5,8 @@
 // one decode row for every decoding sequence plus whole prefill chunks (each request's prompt is cut
 // at multiples of prefill_chunk, whatever else runs, so batching never changes a request's
 // numerics) up to prefill_chunk prefill rows. A failed forward (a lane trip, any exception) ends
-// every request with kError, nothing after it, and leaves the scheduler unhealthy for good.
+// every request with kError, nothing after it, and leaves the scheduler unhealthy until install()
+// gives it a fresh engine (a restarted lane). Without an engine it is "starting": submit says kUnhealthy.
 #pragma once
 
 #include <atomic>
@@ -90,7 +91,7 @@ struct SchedulerSnapshot {
   KvUsage kv;
   int64_t kv_blocks_reserved = 0;
   bool healthy = false;
-  std::string state;  // "starting", "serving", "failed"
+  std::string state;  // "starting", "serving", "failed", or what hold() set ("restarting")
   std::string reason;
   LaneSnapshot lane;
   uint64_t steps = 0;
@@ -98,8 +99,9 @@ struct SchedulerSnapshot {
 
 class Scheduler {
  public:
-  // lane may be null (a local lane: always serving). metrics may be null.
-  Scheduler(Engine& engine, SchedulerOptions options, LaneStatus* lane, Metrics* metrics);
+  // engine null: "starting" until install(). lane may be null (a local lane: always serving). metrics
+  // may be null.
+  Scheduler(Engine* engine, SchedulerOptions options, LaneStatus* lane, Metrics* metrics);
   ~Scheduler();  // stop()
 
   void start();  // starts the engine thread: healthy from here until a failure
@@ -115,23 +117,39 @@ class Scheduler {
   SchedulerSnapshot snapshot() const;
   bool healthy() const;
 
+  // Any thread: gives the scheduler a (new) engine and its lane, which must outlive the scheduler or
+  // the next install. Requests still on the old engine end with kError first; then the scheduler is
+  // serving again. Returns once the engine thread took it (false: the scheduler stopped meanwhile),
+  // after which the old engine is no longer touched. Every engine after the first must have the first
+  // one's context, vocabulary and KV pool (InputError otherwise: answers already checked against them).
+  bool install(Engine& engine, LaneStatus* lane);
+  // Any thread: not serving (submit says kUnhealthy, /health 503) with this state and reason until
+  // install(); requests in flight keep running (a broken lane fails them by itself).
+  void hold(std::string state, std::string reason);
+
  private:
   struct Live;
   void loop();
+  void take_install();
   void admit();
   void step();
   void fail_all(const std::string& why);
   int64_t blocks_for(const GenRequest& r) const;
   void sample_into(Live& s, const float* logits);
 
-  Engine& engine_;
   SchedulerOptions options_;
-  LaneStatus* lane_;
   Metrics* metrics_;
-  KvUsage kv_at_start_;
 
   mutable std::mutex mu_;  // guards everything below but live_ (engine thread only)
   std::condition_variable cv_;
+  Engine* engine_ = nullptr;      // written by the engine thread (or before start), under mu_
+  LaneStatus* lane_ = nullptr;
+  int64_t max_ctx_ = 0, vocab_ = 0;  // the first engine's
+  KvUsage kv_at_start_;
+  Engine* install_engine_ = nullptr;  // pending install
+  LaneStatus* install_lane_ = nullptr;
+  bool installing_ = false;
+  std::condition_variable installed_cv_;
   std::deque<std::pair<GenRequest, std::shared_ptr<Stream>>> waiting_;
   bool started_ = false, stopping_ = false, failed_ = false;
   std::string failure_;

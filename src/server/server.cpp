@@ -25,26 +25,39 @@ bool same_key(const std::string& a, const std::string& b) {  // no early exit on
 }  // namespace
 
 struct Server::Impl {
-  Engine& engine;
   const Tokenizer& tokenizer;
   ChatSetup chat;
   ServerOptions options;
   httplib::Server http;
   std::unique_ptr<CompletionContext> completion;
   int port = -1;
+  // The access line of a generation request joins what httplib's logger knows (method, path, status)
+  // with what the answer knows (tokens, finish): whichever comes second writes it. A streamed answer
+  // ends after the logger ran, a whole one before.
+  struct HttpSide {
+    std::string method, path, remote;
+    int status = 0;
+  };
   std::mutex info_mu;
-  std::unordered_map<std::string, RequestInfo> infos;  // by X-Request-Id, for the access log
-  Impl(Engine& e, const Tokenizer& t, ChatSetup c, ServerOptions o)
-      : engine(e), tokenizer(t), chat(std::move(c)), options(std::move(o)) {}
+  std::unordered_map<std::string, RequestInfo> infos;  // answers over, logger not run yet
+  std::unordered_map<std::string, HttpSide> https;     // logger ran, answer not over yet
+  static void access_line(const HttpSide& h, const std::string& id, const RequestInfo& info) {
+    spdlog::info("access method={} path={} status={} remote={} id={} prompt_tokens={} completion_tokens={} finish={}{}",
+                 h.method, h.path, h.status, h.remote, id.empty() ? "-" : id, info.prompt_tokens,
+                 info.completion_tokens, info.finish.empty() ? "-" : info.finish,
+                 info.error.empty() ? "" : fmt::format(" error=\"{}\"", info.error));
+  }
+  Impl(const Tokenizer& t, ChatSetup c, ServerOptions o) : tokenizer(t), chat(std::move(c)), options(std::move(o)) {}
 };
 
-Server::Server(Engine& engine, const Tokenizer& tokenizer, ChatSetup chat, LaneStatus* lane, ServerOptions options)
-    : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(chat), std::move(options))) {
+Server::Server(Engine* engine, const Tokenizer& tokenizer, ChatSetup chat, LaneStatus* lane, ServerOptions options)
+    : impl_(std::make_unique<Impl>(tokenizer, std::move(chat), std::move(options))) {
   Impl& m = *impl_;
   if (m.options.served_model_name.empty()) m.options.served_model_name = "tandem";
   scheduler_ = std::make_unique<Scheduler>(engine, m.options.scheduler, lane, &metrics_);
   std::vector<int32_t> eos;
-  for (int64_t e : engine.model().cfg.eos_token_ids) eos.push_back(int32_t(e));
+  if (m.options.eos_token_ids.empty() && engine) m.options.eos_token_ids = engine->model().cfg.eos_token_ids;
+  for (int64_t e : m.options.eos_token_ids) eos.push_back(int32_t(e));
   if (!m.chat.eos_token.empty())
     if (auto id = tokenizer.token_to_id(m.chat.eos_token);
         id && std::find(eos.begin(), eos.end(), *id) == eos.end())
@@ -52,7 +65,12 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, ChatSetup chat, LaneS
   m.completion = std::make_unique<CompletionContext>(CompletionContext{
       *scheduler_, tokenizer, m.chat, m.options.served_model_name, eos, [&m](const RequestInfo& info) {
         std::lock_guard lock(m.info_mu);
-        m.infos[info.id] = info;
+        if (auto it = m.https.find(info.id); it != m.https.end()) {
+          Impl::access_line(it->second, info.id, info);
+          m.https.erase(it);
+        } else {
+          m.infos[info.id] = info;
+        }
       }});
 
   httplib::Server& http = m.http;
@@ -125,23 +143,23 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, ChatSetup chat, LaneS
                                ? req.path
                                : std::string("other"),
                            res.status);
-    RequestInfo info;
-    const std::string id = res.get_header_value("X-Request-Id");
-    if (!id.empty()) {
-      std::lock_guard lock(impl_->info_mu);
-      if (auto it = impl_->infos.find(id); it != impl_->infos.end()) {
-        info = std::move(it->second);
-        impl_->infos.erase(it);
-      }
-    }
     if (req.path == "/health" || req.path == "/metrics") {
       spdlog::debug("access method={} path={} status={}", req.method, req.path, res.status);
       return;
     }
-    spdlog::info("access method={} path={} status={} remote={} id={} prompt_tokens={} completion_tokens={} finish={}{}",
-                 req.method, req.path, res.status, req.remote_addr, id.empty() ? "-" : id, info.prompt_tokens,
-                 info.completion_tokens, info.finish.empty() ? "-" : info.finish,
-                 info.error.empty() ? "" : fmt::format(" error=\"{}\"", info.error));
+    const Impl::HttpSide side{req.method, req.path, req.remote_addr, res.status};
+    const std::string id = res.get_header_value("X-Request-Id");
+    if (id.empty()) {  // no answer was started (refused before any work, or not a generation request)
+      Impl::access_line(side, id, RequestInfo{});
+      return;
+    }
+    std::lock_guard lock(impl_->info_mu);
+    if (auto it = impl_->infos.find(id); it != impl_->infos.end()) {
+      Impl::access_line(side, id, it->second);
+      impl_->infos.erase(it);
+    } else {
+      impl_->https[id] = side;
+    }
   });
 
   http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
@@ -168,6 +186,8 @@ Server::Server(Engine& engine, const Tokenizer& tokenizer, ChatSetup chat, LaneS
     const SchedulerSnapshot s = scheduler_->snapshot();
     ordered_json lane{{"name", s.lane.name}, {"state", s.lane.state}, {"serving", s.lane.serving}};
     if (!s.lane.reason.empty()) lane["reason"] = s.lane.reason;
+    if (s.lane.peer_pid > 0) lane["peer_pid"] = s.lane.peer_pid;
+    lane["restarts"] = s.lane.restarts;
     ordered_json j{{"status", s.healthy ? "ok" : s.state == "serving" ? "unavailable" : s.state},
                    {"lane", lane},
                    {"running", s.running},

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "chat/chat_template.h"
 #include "engine/engine.h"
@@ -29,6 +30,7 @@ struct ServerOptions {
   SchedulerOptions scheduler;
   size_t max_body_bytes = 8u << 20;   // larger bodies: 413
   int http_threads = 0;               // 0: max_seqs + max_queue + 16
+  std::vector<int64_t> eos_token_ids; // the model's end-of-sequence ids (config.json); empty: the engine's model's
 };
 
 // The chat template and the special tokens it is given; no template: chat requests get 400.
@@ -39,8 +41,9 @@ struct ChatSetup {
 
 class Server {
  public:
-  // engine, tokenizer and lane (may be null) must outlive the server.
-  Server(Engine& engine, const Tokenizer& tokenizer, ChatSetup chat, LaneStatus* lane, ServerOptions options);
+  // tokenizer, engine and lane (may be null) must outlive the server (or the next install). engine
+  // null: /health says "starting" (503) and requests get 503 until scheduler().install() gives it one.
+  Server(Engine* engine, const Tokenizer& tokenizer, ChatSetup chat, LaneStatus* lane, ServerOptions options);
   ~Server();  // stop()
 
   // Binds host:port; returns the port. InputError when it cannot (in use, bad address).

@@ -53,7 +53,7 @@ TestServer::TestServer(server::ServerOptions options, int64_t max_ctx, std::uniq
   chat.tmpl = chat::ChatTemplate::parse(src.source, src.origin);
   chat.bos_token = src.bos_token;
   chat.eos_token = src.eos_token;
-  srv = std::make_unique<server::Server>(*engine, tiny_tokenizer(), std::move(chat), lane, options);
+  srv = std::make_unique<server::Server>(engine.get(), tiny_tokenizer(), std::move(chat), lane, options);
   port = srv->start_background();
 }
 

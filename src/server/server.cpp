@@ -5,7 +5,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -31,6 +36,7 @@ struct Server::Impl {
   httplib::Server http;
   std::unique_ptr<CompletionContext> completion;
   int port = -1;
+  std::atomic<int> listen_fd{-1};  // the listening socket, to widen its backlog
   // The access line of a generation request joins what httplib's logger knows (method, path, status)
   // with what the answer knows (tokens, finish): whichever comes second writes it. A streamed answer
   // ends after the logger ran, a whole one before.
@@ -81,6 +87,13 @@ Server::Server(Engine* engine, const Tokenizer& tokenizer, ChatSetup chat, LaneS
   http.set_read_timeout(30, 0);
   http.set_write_timeout(30, 0);
   http.set_tcp_nodelay(true);
+  // httplib listens with a backlog of 5 (compiled into Debian's library): many clients connecting at
+  // once overflow it and some connections die. The socket is remembered here and listen() called
+  // again with a wide backlog after bind (Linux updates the backlog of a listening socket).
+  http.set_socket_options([&m](socket_t sock) {
+    httplib::default_socket_options(sock);
+    m.listen_fd = sock;
+  });
 
   auto send_error = [](httplib::Response& res, const ApiError& e) {
     res.status = e.status();
@@ -222,6 +235,8 @@ int Server::bind() {
     m.port = m.options.port;
   }
   if (m.port <= 0) fail("cannot listen on {}:{} (address in use, or not an address of this machine)", m.options.host, m.options.port);
+  if (m.listen_fd >= 0 && ::listen(m.listen_fd, SOMAXCONN) != 0)
+    spdlog::warn("serve: cannot widen the listen backlog: {}", std::strerror(errno));
   return m.port;
 }
 

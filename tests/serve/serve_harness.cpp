@@ -82,8 +82,12 @@ SseResult post_sse(int port, const std::string& path, const nlohmann::json& body
   };
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
+  const auto t0 = std::chrono::steady_clock::now();
   c.send(req, res, err);
   out.status = res.status;
+  if (err != httplib::Error::Success && stop_after == 0)
+    ADD_FAILURE() << "POST " << path << ": " << httplib::to_string(err) << " after " << out.body.size() << " bytes, "
+                  << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s";
   if (out.body.empty()) out.body = res.body;
   size_t pos = 0;
   while (pos < out.body.size()) {

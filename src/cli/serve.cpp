@@ -250,6 +250,21 @@ class ChildLane {
     watchdog_pid_ = spawn({self, "watchdog", "--lane", lane_, "--stall", fmt::format("{}", o_.stall_s), "--grace", "1"});
     spdlog::info("serve: started peer (pid {}) and watchdog (pid {}, stall {} s) on lane {}", peer_pid_,
                  watchdog_pid_, o_.stall_s, lane_);
+    // Until its lane appears: a peer that exits first (a bad rowmap, no memory) is an error now, not
+    // after --peer-wait.
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(o_.model.peer_wait_s);
+    while (!peer::Segment::exists(lane_)) {
+      int status = 0;
+      if (waitpid(peer_pid_, &status, WNOHANG) == peer_pid_) {
+        peer_pid_ = 0;
+        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        stop();
+        fail("the peer serve started for lane {} exited (status {}) before serving: its error is logged above",
+             o_.model.lane, code);
+      }
+      if (std::chrono::steady_clock::now() > end) break;  // the attach below waits no longer and says so
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     return lane_;
   }
 

@@ -34,6 +34,10 @@ void Metrics::count_request(const std::string& endpoint, int status) {
   std::lock_guard lock(mu_);
   ++requests_[{endpoint, status}];
 }
+void Metrics::count_answer(const std::string& finish) {
+  std::lock_guard lock(mu_);
+  ++answers_[finish];
+}
 void Metrics::add_prompt_tokens(int64_t n) {
   std::lock_guard lock(mu_);
   prompt_tokens_ += uint64_t(n);
@@ -64,6 +68,10 @@ std::string Metrics::render(const SchedulerSnapshot& s) const {
     head(out, "tandem_requests_total", "counter", "HTTP requests answered, by endpoint and status");
     for (const auto& [key, n] : requests_)
       out += fmt::format("tandem_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
+    head(out, "tandem_answers_total", "counter",
+         "Generation requests over, by finish: stop, length, error (a failed lane: never a truncated answer), "
+         "cancelled (the client left)");
+    for (const auto& [finish, n] : answers_) out += fmt::format("tandem_answers_total{{finish=\"{}\"}} {}\n", finish, n);
     head(out, "tandem_prompt_tokens_total", "counter", "Prompt tokens prefilled");
     out += fmt::format("tandem_prompt_tokens_total {}\n", prompt_tokens_);
     head(out, "tandem_generated_tokens_total", "counter", "Tokens generated");

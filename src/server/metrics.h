@@ -32,6 +32,8 @@ class Metrics {
   Metrics();
   // One finished HTTP request: the endpoint ("/v1/chat/completions", ...) and the status sent.
   void count_request(const std::string& endpoint, int status);
+  // One generation request over, by how it ended: stop, length, error or cancelled (the client left).
+  void count_answer(const std::string& finish);
   void add_prompt_tokens(int64_t n);
   void add_generated_tokens(int64_t n);
   void observe_ttft(double seconds);  // submit to first token
@@ -42,6 +44,7 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, uint64_t> answers_;
   uint64_t prompt_tokens_ = 0, generated_tokens_ = 0;
   Histogram ttft_, tpot_;
 };

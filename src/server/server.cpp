@@ -69,7 +69,8 @@ Server::Server(Engine* engine, const Tokenizer& tokenizer, ChatSetup chat, LaneS
         id && std::find(eos.begin(), eos.end(), *id) == eos.end())
       eos.push_back(*id);
   m.completion = std::make_unique<CompletionContext>(CompletionContext{
-      *scheduler_, tokenizer, m.chat, m.options.served_model_name, eos, [&m](const RequestInfo& info) {
+      *scheduler_, tokenizer, m.chat, m.options.served_model_name, eos, [this, &m](const RequestInfo& info) {
+        metrics_.count_answer(info.finish);
         std::lock_guard lock(m.info_mu);
         if (auto it = m.https.find(info.id); it != m.https.end()) {
           Impl::access_line(it->second, info.id, info);

@@ -143,7 +143,7 @@ TEST(ServeApi, ModelsHealthMetricsTemplateAndPage) {
   auto metrics = c.Get("/metrics");
   ASSERT_TRUE(metrics);
   for (const char* want : {"tandem_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1",
-                           "tandem_generated_tokens_total 2", "tandem_time_to_first_token_seconds_count 1",
+                           "tandem_generated_tokens_total 2", "tandem_answers_total{finish=\"length\"} 1", "tandem_time_to_first_token_seconds_count 1",
                            "tandem_time_per_output_token_seconds_count 1", "tandem_running_sequences 0",
                            "tandem_kv_blocks{state=\"free\"}", "tandem_lane_serving{lane=\"local\",state=\"serving\"} 1"})
     EXPECT_NE(metrics->body.find(want), std::string::npos) << want << "\n" << metrics->body;

@@ -76,6 +76,8 @@ struct Scheduler::Live {
   int64_t blocks = 0;     // KV blocks reserved
   Clock::time_point submitted, first_token, last_token;
   bool finished = false;
+  Finish ending = Finish::kNone;  // how it ended, told to its stream once its sequence is gone
+  bool timed = false;     // its time per output token went to the metrics
   Live(GenRequest r, std::shared_ptr<Stream> s) : req(std::move(r)), stream(std::move(s)), sampler(req.sampling) {}
 };
 
@@ -309,22 +311,31 @@ void Scheduler::loop() {
   live_.clear();
 }
 
+void Scheduler::retire() {
+  std::vector<std::pair<std::shared_ptr<Stream>, Finish>> ends;
+  for (auto& l : live_)
+    if (l->finished) {
+      engine_->remove_sequence(l->seq);
+      reserved_blocks_ -= l->blocks;
+      observe_tpot(*l);
+      if (l->ending != Finish::kNone) ends.emplace_back(l->stream, l->ending);
+    }
+  std::erase_if(live_, [](const auto& l) { return l->finished; });
+  {
+    std::lock_guard lock(mu_);
+    live_n_ = int64_t(live_.size());
+    snap_.running = live_n_;
+    snap_.kv = engine_->kv_usage();
+    snap_.kv_blocks_reserved = reserved_blocks_;
+  }
+  // Only now: a client that sees its answer end finds its sequence gone and its KV free.
+  for (auto& [stream, finish] : ends) stream->end(finish);
+}
+
 void Scheduler::admit() {
   // Drop the cancelled ones first (their KV comes back before anything is admitted).
   for (auto& l : live_)
     if (l->stream->cancelled()) l->finished = true;
-  auto retire = [&] {
-    for (auto& l : live_)
-      if (l->finished) {
-        engine_->remove_sequence(l->seq);
-        reserved_blocks_ -= l->blocks;
-        if (metrics_ && l->generated > 1) {
-          const double span = std::chrono::duration<double>(l->last_token - l->first_token).count();
-          metrics_->observe_tpot(span / double(l->generated - 1));
-        }
-      }
-    std::erase_if(live_, [](const auto& l) { return l->finished; });
-  };
   retire();
   std::lock_guard lock(mu_);
   std::erase_if(waiting_, [](const auto& w) {
@@ -377,13 +388,18 @@ void Scheduler::sample_into(Live& s, const float* logits) {
   s.last = t.id;
   const bool eos = std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), t.id) != s.req.stop_ids.end();
   if (!eos) s.stream->push(std::move(t));
-  if (eos) {
+  if (eos || s.generated >= s.req.max_tokens) {
     s.finished = true;
-    s.stream->end(Finish::kStop);
-  } else if (s.generated >= s.req.max_tokens) {
-    s.finished = true;
-    s.stream->end(Finish::kLength);
+    observe_tpot(s);  // before the end, so a client that saw its answer end finds it in /metrics
+    s.ending = eos ? Finish::kStop : Finish::kLength;  // told by retire()
   }
+}
+
+void Scheduler::observe_tpot(Live& s) {
+  if (s.timed || !metrics_ || s.generated < 2) return;
+  s.timed = true;
+  const double span = std::chrono::duration<double>(s.last_token - s.first_token).count();
+  metrics_->observe_tpot(span / double(s.generated - 1));
 }
 
 void Scheduler::step() {
@@ -427,6 +443,7 @@ void Scheduler::step() {
     }
     if (yields[i] && !l.stream->cancelled()) sample_into(l, logits->data() + int64_t(i) * vocab);
   }
+  retire();
 }
 
 void Scheduler::fail_all(const std::string& why) {

@@ -135,7 +135,9 @@ class Scheduler {
   void step();
   void fail_all(const std::string& why);
   int64_t blocks_for(const GenRequest& r) const;
+  void retire();  // drops finished sequences, then ends their streams
   void sample_into(Live& s, const float* logits);
+  void observe_tpot(Live& s);
 
   SchedulerOptions options_;
   Metrics* metrics_;

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <thread>
+
 #include "serve_harness.h"
 #include "server/text_stream.h"
 
@@ -140,7 +142,12 @@ TEST(ServeApi, ModelsHealthMetricsTemplateAndPage) {
   EXPECT_EQ(t.body["prompt"], "<|im_start|>user\nhi<|im_end|>\n");
   ASSERT_EQ(post_json(s.port, "/v1/chat/completions", chat_body("m", 2).dump()).status, 200);
   auto c = s.client();
+  // The request counter is written by the access logger, after the answer went out: wait for it.
   auto metrics = c.Get("/metrics");
+  for (int i = 0; i < 200 && metrics && metrics->body.find("/v1/chat/completions\",status=\"200\"} 1") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    metrics = c.Get("/metrics");
+  }
   ASSERT_TRUE(metrics);
   for (const char* want : {"tandem_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1",
                            "tandem_generated_tokens_total 2", "tandem_answers_total{finish=\"length\"} 1", "tandem_time_to_first_token_seconds_count 1",
@@ -222,7 +229,8 @@ TEST(ServeApi, QueueFullIs429) {
   o.scheduler.max_queue = 0;
   TestServer s(o, 2048);
   // One long answer holds the only sequence; the next request finds no room and no queue.
-  std::thread holder([&] { post_sse(s.port, "/v1/completions", completion_body("hold", 1500, true)); });
+  // (its answer ends with an error when the server stops: no byte limit, and no check of the ending)
+  std::thread holder([&] { post_sse(s.port, "/v1/completions", completion_body("hold", 1500, true), SIZE_MAX); });
   for (int i = 0; i < 2000 && s.srv->scheduler().snapshot().running == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_EQ(s.srv->scheduler().snapshot().running, 1);

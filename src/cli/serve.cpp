@@ -31,6 +31,7 @@
 #include "io/config.h"
 #include "io/tokenizer.h"
 #include "peer/segment.h"
+#include "placement/memory_model.h"
 #include "server/server.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "backends/cuda/cuda_engine.h"
@@ -43,6 +44,7 @@ struct ServeOptions {
   ModelOptions model;
   server::ServerOptions server;
   int64_t kv_tokens = 0, kv_block = 16;
+  double kv_memory_gb = 0;  // --kv-memory: the pool in GB (1e9 bytes) of bf16 KV, turned into kv_tokens
   std::string chat_template_file;
   size_t max_body_mib = 8;
   double stall_s = 2.0;         // --stall: the child watchdog's
@@ -391,7 +393,18 @@ int run_serve(ServeOptions& o) {
   if (o.server.served_model_name.empty())
     o.server.served_model_name = std::filesystem::path(o.model.model_dir).lexically_normal().filename().string();
   if (o.server.served_model_name.empty()) o.server.served_model_name = "tandem";
-  o.server.eos_token_ids = load_config(o.model.model_dir).eos_token_ids;
+  const ModelConfig cfg = load_config(o.model.model_dir);
+  o.server.eos_token_ids = cfg.eos_token_ids;
+  if (o.kv_memory_gb > 0) {
+    if (o.kv_tokens > 0) fail("--kv-memory {} and --kv-tokens {}: give one of them", o.kv_memory_gb, o.kv_tokens);
+    const uint64_t per_token = kv_bytes_per_token(cfg, DType::kBF16);
+    o.kv_tokens = int64_t(o.kv_memory_gb * 1e9 / double(per_token));
+    if (o.kv_tokens < o.kv_block)
+      fail("--kv-memory {} GB holds {} tokens of KV at {} bytes each (bf16, all layers): less than one block of {}",
+           o.kv_memory_gb, o.kv_tokens, per_token, o.kv_block);
+    spdlog::info("serve: --kv-memory {} GB: a KV pool of {} tokens at {} bytes per token (bf16, {} layers)",
+                 o.kv_memory_gb, o.kv_tokens, per_token, cfg.n_layer);
+  }
   const Tokenizer tok = Tokenizer::load(o.model.model_dir);
   server::ChatSetup chat = load_chat(o);
 
@@ -521,6 +534,10 @@ RunFn setup(CLI::App& app) {
                  "KV cache pool in tokens (cpu; 0, default: grown on demand). With a pool, a request is admitted "
                  "only when the pool's free blocks cover its prompt + max_tokens")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40))
+      ->group(sched);
+  app.add_option("--kv-memory", o->kv_memory_gb,
+                 "KV cache pool in GB (1e9 bytes) of bf16 KV, instead of --kv-tokens (cpu)")
+      ->check(CLI::Range(0.0, 1e6))
       ->group(sched);
   app.add_option("--kv-block", o->kv_block, "Tokens per KV cache block (cpu; default 16)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))

@@ -171,6 +171,14 @@ TEST(ServeApi, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     EXPECT_FALSE(r.body["error"]["message"].get<std::string>().empty());
   };
   const std::string chat = "/v1/chat/completions";
+  // An answer streams meanwhile, and must come out whole and as it does alone.
+  const json other = completion_body("the others keep being served", 150);
+  auto alone = post_json(s.port, "/v1/completions", other.dump());
+  ASSERT_EQ(alone.status, 200) << alone.raw;
+  json streamed_body = other;
+  streamed_body["stream"] = true;
+  Streamed streamed;
+  std::thread meanwhile([&] { streamed = parse_stream(post_sse(s.port, "/v1/completions", streamed_body), false); });
   expect_error(400, chat, "{\"messages\": [", "malformed JSON");
   expect_error(400, chat, "[1, 2]", "not an object");
   expect_error(400, chat, "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}", "invalid UTF-8");
@@ -205,6 +213,9 @@ TEST(ServeApi, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
   // Still serving.
   auto ok = post_json(s.port, chat, chat_body("still there?", 3).dump());
   EXPECT_EQ(ok.status, 200) << ok.raw;
+  meanwhile.join();
+  EXPECT_EQ(streamed.finish, "length");
+  EXPECT_EQ(streamed.text, alone.body["choices"][0]["text"].get<std::string>());
 }
 
 TEST(ServeApi, ApiKey) {

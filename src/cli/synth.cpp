@@ -12,6 +12,21 @@
 namespace tandem::cli {
 namespace {
 
+// With the built-in byte-level tokenizer (<|endoftext|>, <|im_start|>, <|im_end|> = ids 0, 1, 2; the
+// presets' eos_token_id is 2): a tokenizer_config.json with a ChatML template and <|im_end|> as the eos
+// token, so that `tandem serve` and `tandem template` have a chat template on a synthetic model.
+void write_chat_config(const std::string& dir) {
+  nlohmann::ordered_json j;
+  j["bos_token"] = nullptr;
+  j["eos_token"] = "<|im_end|>";
+  j["pad_token"] = "<|endoftext|>";
+  j["chat_template"] =
+      "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + "
+      "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+  std::ofstream f(dir + "/tokenizer_config.json");
+  if (!(f << j.dump(2) << "\n")) fail("cannot write {}/tokenizer_config.json", dir);
+}
+
 RunFn setup(CLI::App& app) {
   struct Opts {
     std::string preset, config, out, tokenizer, weights = "bf16";
@@ -25,7 +40,8 @@ RunFn setup(CLI::App& app) {
   for (const auto& [name, desc] : synth_presets()) presets += fmt::format("\n  {:<13} {}", name, desc);
   app.add_option("--preset", o->preset, "Built-in model shape:" + presets);
   app.add_option("--config", o->config, "A config.json to use instead of a preset");
-  app.add_option("--out", o->out, "Output folder (config.json, model.safetensors, tokenizer.json)");
+  app.add_option("--out", o->out, "Output folder (config.json, model.safetensors, tokenizer.json, and with the "
+                 "built-in tokenizer a tokenizer_config.json with a ChatML chat template)");
   app.add_option("--seed", o->seed, "Random seed (default 0)");
   app.add_option("--router-skew", o->skew,
                  "deepseek_v3: correction bias = SKEW * N(0,1) per expert, skewing expert popularity (default 0)");
@@ -62,6 +78,7 @@ RunFn setup(CLI::App& app) {
     so.tokenizer_path = o->tokenizer;
     so.progress = true;
     uint64_t bytes = write_synthetic_model(cfg, o->out, so);
+    if (o->tokenizer.empty()) write_chat_config(o->out);
     fmt::print("synth: wrote {} ({} of random weights: its text is gibberish by design)\n", o->out,
                format_bytes(bytes));
     fmt::print(stderr, "next: tandem info --model {}\n", o->out);

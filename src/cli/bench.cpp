@@ -22,8 +22,6 @@
 #include "engine/generate.h"
 #include "io/corpus.h"
 #include "io/tokenizer.h"
-#include "peer/segment.h"
-#include "placement/fingerprint.h"
 #include "runtime/runtime.h"
 
 namespace tandem::cli {
@@ -249,8 +247,7 @@ int run(Opts o) {
   Runtime& first = runtimes.at(lanes[0]);
   const Model& model = *first.model;
   if (!rowmap && !o.model.rowmap.empty()) {
-    own_rowmap = std::make_unique<Rowmap>(Rowmap::load(o.model.rowmap));
-    validate(*own_rowmap, model.cfg, model_fingerprint(model.cfg, model.store), o.model.rowmap);
+    own_rowmap = load_rowmap_for(model, o.model.rowmap);  // the probe's hot/cold when no lane reads it
     rowmap = own_rowmap.get();
   }
   const double fixed = bench::fixed_bytes(model);

@@ -53,13 +53,13 @@ void check_options(const RuntimeOptions& o) {
   if (lane_has_cold(o.lane) && o.rowmap.empty() && !o.stand_in_cold) fail("--lane {} needs --rowmap R (tandem plan)", lane);
 }
 
-std::unique_ptr<Rowmap> load_rowmap(const std::string& path, const Model& model) {
+}  // namespace
+
+std::unique_ptr<Rowmap> load_rowmap_for(const Model& model, const std::string& path) {
   auto rm = std::make_unique<Rowmap>(Rowmap::load(path));
   validate(*rm, model.cfg, model_fingerprint(model.cfg, model.store), path);
   return rm;
 }
-
-}  // namespace
 
 std::string wait_percentile(std::span<const uint64_t> hist, double q) {
   uint64_t total = 0;
@@ -112,7 +112,7 @@ Runtime Runtime::open(const RuntimeOptions& o) {
   // The lane's plan: from the rowmap (validated once, here), or the host lane's stand-in.
   rt.plan = LanePlan::local(mc.n_layer);
   if (lane_has_cold(o.lane)) {
-    if (!o.rowmap.empty()) rt.rowmap = load_rowmap(o.rowmap, *rt.model);
+    if (!o.rowmap.empty()) rt.rowmap = load_rowmap_for(*rt.model, o.rowmap);
     if (!rt.rowmap) {
       rt.plan = LanePlan::from_stand_in(o.lane, mc, *o.stand_in_cold);
     } else if (!lane_has_peer(o.lane)) {

@@ -51,6 +51,10 @@ std::string peer_lane_name(const RuntimeOptions& o);
 // command that starts it: for a caller that must not wait --peer-wait for it (a benchmark).
 void require_peer_served(const RuntimeOptions& o);
 
+// The rowmap at `path`, validated against `model` (its fingerprint, layers and experts): the one load
+// of a rowmap for a model a runtime holds. InputError naming the file and what does not match.
+std::unique_ptr<Rowmap> load_rowmap_for(const Model& model, const std::string& path);
+
 // The q-quantile of a lane's wait histogram (peer::kWaitBuckets buckets, bucket i: [2^(i-1), 2^i) µs)
 // as text: "<1 us", "<N us", or "-" when it holds no wait. For summaries and `tandem lane`.
 std::string wait_percentile(std::span<const uint64_t> hist, double q);

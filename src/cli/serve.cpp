@@ -33,9 +33,6 @@
 #include "peer/segment.h"
 #include "placement/memory_model.h"
 #include "server/server.h"
-#ifdef TANDEM_HAVE_CUDA
-#include "backends/cuda/cuda_engine.h"
-#endif
 
 namespace tandem::cli {
 namespace {
@@ -63,7 +60,7 @@ class RuntimeLane final : public server::LaneStatus {
   }
   server::LaneSnapshot snapshot() override {
     server::LaneSnapshot s;
-    s.name = rt_.lane;
+    s.name = lane_name(rt_.lane());
     s.restarts = restarts_;
     if (segment_) {
       peer::Header& h = segment_->header();
@@ -86,27 +83,21 @@ class RuntimeLane final : public server::LaneStatus {
       }
       s.serving = s.state == "serving";
     }
-    auto fill = [&](const peer::ClientStats& st, uint64_t rows, uint64_t routed, uint64_t cold,
-                    const std::vector<LayerCheck>& checks) {
+    if (const std::optional<LaneCounters> c = rt_.lane_counters()) {
       s.has_peer = true;
-      s.handoffs = st.handoffs;
-      s.overruns = st.overruns;
-      s.wait_ns_total = st.wait_ns_total;
-      s.wait_hist.assign(st.wait_hist.begin(), st.wait_hist.end());
-      s.rows_sent = rows;
-      s.routed_slots = routed;
-      s.cold_slots = cold;
-      for (const auto& c : checks)
-        if (c.checks) {
-          s.checks += c.checks;
-          s.check_min_cosine = std::min(s.check_min_cosine, c.min_cosine);
+      s.handoffs = c->client.handoffs;
+      s.overruns = c->client.overruns;
+      s.wait_ns_total = c->client.wait_ns_total;
+      s.wait_hist.assign(c->client.wait_hist.begin(), c->client.wait_hist.end());
+      s.rows_sent = c->rows_sent;
+      s.routed_slots = c->routed_slots;
+      s.cold_slots = c->cold_slots;
+      for (const LayerCheck& l : c->checks)
+        if (l.checks) {
+          s.checks += l.checks;
+          s.check_min_cosine = std::min(s.check_min_cosine, l.min_cosine);
         }
-    };
-    if (rt_.peer) fill(rt_.peer->stats(), rt_.peer->rows_sent(), rt_.peer->routed_slots(), rt_.peer->cold_slots(), rt_.peer->checks());
-#ifdef TANDEM_HAVE_CUDA
-    else if (rt_.engine)
-      if (auto st = cuda_peer_stats(*rt_.engine)) fill(st->client, st->rows_sent, st->routed_slots, st->cold_slots, st->checks);
-#endif
+    }
     return s;
   }
 
@@ -156,19 +147,14 @@ std::unique_ptr<Runtime> build_runtime(const ServeOptions& o, const std::string&
     mo.peer = peer_name;
     mo.split_peer.clear();
   }
-  auto rt = std::make_unique<Runtime>(make_runtime(mo, o.server.scheduler.max_seqs));
-  if (o.kv_tokens != 0 || o.kv_block != 16) {
-    // The runtime takes no KV options yet: rebuild the CPU engine with them (same lane executor).
-    if (parse_device(mo.device))
-      fail("--kv-tokens and --kv-block are not passed to the CUDA engine by this build: leave them out with --device cuda");
-    EngineOptions eo;
-    eo.max_seqs = o.server.scheduler.max_seqs;
-    eo.max_ctx = mo.max_ctx;
-    eo.kv_block = o.kv_block;
-    eo.kv_tokens = o.kv_tokens;
-    rt->engine = std::make_unique<CpuEngine>(*rt->model, eo, rt->peer.get());
-  }
-  return rt;
+  RuntimeOptions ro = runtime_options(mo, o.server.scheduler.max_seqs);
+  if ((o.kv_tokens != 0 || o.kv_block != 16) && !ro.device.is_cpu())
+    fail("--kv-tokens, --kv-memory and --kv-block size the CPU engine's paged KV cache; the CUDA engine keeps its "
+         "own cache (one slot of --ctx tokens per sequence): leave them out with --device {}",
+         mo.device);
+  ro.kv_tokens = o.kv_tokens;
+  ro.kv_block = o.kv_block;
+  return std::make_unique<Runtime>(Runtime::open(ro));
 }
 
 // A runtime with the view of its lane the server shows.
@@ -226,7 +212,7 @@ std::string probe_lane(LaneSet& ls, double check_min) {
     return fmt::format("the probe's logits through the lane have cosine {:.6f} against every expert on this host, "
                        "below {}",
                        cosine, bar);
-  spdlog::info("serve: probe through lane {} passed (logits cosine {:.6f}, {} handoffs)", ls.rt->lane, cosine,
+  spdlog::info("serve: probe through lane {} passed (logits cosine {:.6f}, {} handoffs)", lane_name(ls.rt->lane()), cosine,
                after.handoffs - before);
   return "";
 }
@@ -246,7 +232,7 @@ class ChildLane {
                                      "--lane", lane_, "--threads", std::to_string(peer_threads()),
                                      "--weights", o_.model.weights};
     if (o_.model.lane == "split") peer.insert(peer.end(), {"--split-share", o_.model.split});
-    if (parse_device(o_.model.device))  // behind a GPU primary (docs/operations.md)
+    if (parse_device(o_.model.device).cuda)  // behind a GPU primary (docs/operations.md)
       peer.insert(peer.end(), {"--spin-us", "50000", "--worker-spin-us", "50000"});
     peer_pid_ = spawn(peer);
     watchdog_pid_ = spawn({self, "watchdog", "--lane", lane_, "--stall", fmt::format("{}", o_.stall_s), "--grace", "1"});
@@ -308,7 +294,7 @@ class ChildLane {
   int peer_threads() const {
     if (o_.peer_threads > 0) return o_.peer_threads;
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-    if (parse_device(o_.model.device)) return std::max(1, cores - 2);
+    if (parse_device(o_.model.device).cuda) return std::max(1, cores - 2);
     return std::max(1, cores - primary_threads(o_));
   }
   // The CPU primary's threads with a child peer on the same host: --threads, else half the cores.
@@ -383,7 +369,7 @@ int run_serve(ServeOptions& o) {
   const bool restart = o.restart == "on" || (o.restart == "auto" && child_peer);
   if (restart && !has_peer(o.model.lane))
     fail("--restart-lane on: lane {} has no peer to restart (lanes peer and split)", o.model.lane);
-  if (child_peer && o.model.threads == 0 && !parse_device(o.model.device)) {
+  if (child_peer && o.model.threads == 0 && parse_device(o.model.device).is_cpu()) {
     o.model.threads = ChildLane::primary_threads(o);
     spdlog::info("serve: the primary uses {} threads and the peer the rest of the {} cores (--threads, --peer-threads)",
                  o.model.threads, std::thread::hardware_concurrency());

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "server/completion.h"
 #include "server/openai.h"
+#include "server/page.h"
 
 namespace tandem::server {
 
@@ -215,14 +216,9 @@ Server::Server(Engine* engine, const Tokenizer& tokenizer, ChatSetup chat, LaneS
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(scheduler_->snapshot()), "text/plain; version=0.0.4");
   });
-  // MERGE POINT (the page at /): where src/server/page.h exists, serve it here instead:
-  //   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-  //     res.set_content(page_index_html(), "text/html; charset=utf-8"); });
-  // (and #include "server/page.h" above). Until then / is a 404 in OpenAI's error shape.
+  // The operator's page (server/page.h): compiled into the binary, open like /health and /metrics.
   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.status = 404;
-    res.set_content(error_body(ApiError(404, "no page on this build: the API is at /v1/*, state at /health and /metrics")),
-                    "application/json");
+    res.set_content(std::string(page_index_html()), "text/html; charset=utf-8");
   });
 }
 

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "serve_harness.h"
+#include "server/page.h"
 #include "server/text_stream.h"
 
 namespace tandem::test {
@@ -154,10 +155,12 @@ TEST(ServeApi, ModelsHealthMetricsTemplateAndPage) {
                            "tandem_time_per_output_token_seconds_count 1", "tandem_running_sequences 0",
                            "tandem_kv_blocks{state=\"free\"}", "tandem_lane_serving{lane=\"local\",state=\"serving\"} 1"})
     EXPECT_NE(metrics->body.find(want), std::string::npos) << want << "\n" << metrics->body;
-  // The page at / is not on this branch yet (server/page.h): 404 until it is wired in server.cpp.
+  // The operator's page at /, the bytes compiled into the binary, without the API key.
   auto page = c.Get("/");
   ASSERT_TRUE(page);
-  EXPECT_EQ(page->status, 404);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->body, std::string(server::page_index_html()));
+  EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
 }
 
 // Each bad request gets its 4xx in OpenAI's shape, and the server keeps serving.

@@ -15,42 +15,32 @@ namespace {
 
 using nlohmann::json;
 
-// A CPU engine that reports a KV pool of `blocks` blocks of 16 tokens, used by the live sequences'
-// lengths (what a paged cache reports), so the scheduler's admission can be tested before the paged
-// cache itself.
+// A CPU engine with a fixed paged KV pool of `blocks` blocks of 16 tokens (EngineOptions::kv_tokens),
+// watched: the most blocks the live sequences held at once, and that they never outgrew the pool.
 class PoolEngine final : public Engine {
  public:
-  PoolEngine(std::unique_ptr<Engine> inner, int64_t blocks) : inner_(std::move(inner)), blocks_(blocks) {}
+  PoolEngine(EngineOptions eo, int64_t blocks) {
+    eo.kv_block = 16;
+    eo.kv_tokens = 16 * blocks;
+    inner_ = std::make_unique<CpuEngine>(tiny_model(), eo);
+  }
   const Model& model() const override { return inner_->model(); }
-  int add_sequence() override {
-    const int s = inner_->add_sequence();
-    live_.push_back(s);
-    return s;
-  }
-  void remove_sequence(int seq) override {
-    inner_->remove_sequence(seq);
-    std::erase(live_, seq);
-  }
+  int add_sequence() override { return inner_->add_sequence(); }
+  void remove_sequence(int seq) override { inner_->remove_sequence(seq); }
   int64_t seq_len(int seq) const override { return inner_->seq_len(seq); }
   int64_t max_ctx() const override { return inner_->max_ctx(); }
   const std::vector<float>& forward(std::span<const Item> items, bool all_logits) override {
-    const auto& out = inner_->forward(items, all_logits);
+    const auto& out = inner_->forward(items, all_logits);  // KvCacheFull if the scheduler overcommitted
     const KvUsage kv = kv_usage();
-    EXPECT_LE(kv.blocks_used, kv.blocks_total) << "the scheduler let the sequences outgrow the pool";
+    EXPECT_LE(kv.blocks_used, kv.blocks_total);
     max_used_ = std::max(max_used_.load(), kv.blocks_used);
     return out;
   }
-  KvUsage kv_usage() const override {
-    KvUsage kv{16, blocks_, 0};
-    for (int s : live_) kv.blocks_used += (inner_->seq_len(s) + 15) / 16;
-    return kv;
-  }
+  KvUsage kv_usage() const override { return inner_->kv_usage(); }
   std::atomic<int64_t> max_used_{0};
 
  private:
   std::unique_ptr<Engine> inner_;
-  int64_t blocks_;
-  std::vector<int> live_;
 };
 
 // Prompts of different lengths (some longer than a prefill chunk of 16) and budgets.
@@ -70,7 +60,7 @@ TEST(ServeBatching, ThirtyTwoConcurrentStreamsEqualTheirAnswersAlone) {
   eo.max_seqs = 32;
   eo.max_ctx = 256;
   // A pool that holds them all at once (each needs at most 4 blocks), so the KV's return is checked.
-  auto pool = std::make_unique<PoolEngine>(std::make_unique<CpuEngine>(tiny_model(), eo), 32 * 5);
+  auto pool = std::make_unique<PoolEngine>(eo, 32 * 5);
   PoolEngine* engine = pool.get();
   TestServer s(o, 256, std::move(pool));
   constexpr int kClients = 32;
@@ -143,6 +133,7 @@ class FailingEngine final : public Engine {
   void remove_sequence(int seq) override { inner_->remove_sequence(seq); }
   int64_t seq_len(int seq) const override { return inner_->seq_len(seq); }
   int64_t max_ctx() const override { return inner_->max_ctx(); }
+  KvUsage kv_usage() const override { return inner_->kv_usage(); }
   const std::vector<float>& forward(std::span<const Item> items, bool all_logits) override {
     if (++calls_ >= fail_at_.load()) throw std::runtime_error("injected lane failure (test)");
     return inner_->forward(items, all_logits);
@@ -212,7 +203,7 @@ namespace {
 TEST(ServeBatching, AdmissionWaitsForFreeKvBlocksAndTheyAllComeBack) {
   EngineOptions eo;
   eo.max_ctx = 256;
-  auto pool = std::make_unique<PoolEngine>(std::make_unique<CpuEngine>(tiny_model(), eo), 8);  // 128 tokens
+  auto pool = std::make_unique<PoolEngine>(eo, 8);  // 128 tokens
   PoolEngine* engine = pool.get();
   TestServer s({}, 256, std::move(pool));
   EXPECT_EQ(s.srv->scheduler().token_limit(), 128);

@@ -44,8 +44,8 @@ KvCache::KvCache(KvCacheShape shape, int64_t block_tokens, int64_t pool_tokens, 
                 shape.v_width, max_seqs);
   elt_ = dtype_size(dtype);
   k_bytes_ = size_t(block_tokens) * size_t(shape.k_width) * elt_;
-  layer_bytes_ = k_bytes_ + size_t(block_tokens) * size_t(shape.v_width) * elt_;
-  block_bytes_ = layer_bytes_ * size_t(shape.n_layer);
+  v_bytes_ = size_t(block_tokens) * size_t(shape.v_width) * elt_;
+  block_bytes_ = (k_bytes_ + v_bytes_) * size_t(shape.n_layer);
   TANDEM_ASSERT(block_bytes_ == kv_block_bytes(shape, block_tokens, dtype), "KV block layout");
   tables_.resize(size_t(max_seqs));
   if (fixed_) {
@@ -66,7 +66,10 @@ void KvCache::grow(int64_t n_blocks) {
                                        n_blocks, block_tokens_, bytes, blocks_total()));
   }
   const int64_t first = blocks_total();
-  for (int64_t i = 0; i < n_blocks; ++i) block_ptr_.push_back(chunk.get() + size_t(i) * block_bytes_);
+  const size_t layer_stride = size_t(n_blocks) * (k_bytes_ + v_bytes_);
+  std::byte* v0 = chunk.get() + size_t(n_blocks) * k_bytes_;
+  for (int64_t i = 0; i < n_blocks; ++i)
+    blocks_.push_back({chunk.get() + size_t(i) * k_bytes_, v0 + size_t(i) * v_bytes_, layer_stride});
   // Lowest ids on top of the free stack: a fresh pool hands out blocks 0, 1, 2, ...
   for (int64_t i = n_blocks - 1; i >= 0; --i) free_.push_back(int32_t(first + i));
   chunks_.push_back(std::move(chunk));
@@ -115,15 +118,17 @@ void KvCache::write(int seq, int64_t layer, int64_t pos, const float* k, const f
   const auto& t = tables_[size_t(seq)];
   TANDEM_ASSERT(pos >= 0 && pos / block_tokens_ < int64_t(t.size()), "KV write at {} past sequence {}'s {} blocks",
                 pos, seq, t.size());
-  std::byte* layer_base = block_ptr_[size_t(t[size_t(pos / block_tokens_)])] + size_t(layer) * layer_bytes_;
+  const Block& b = blocks_[size_t(t[size_t(pos / block_tokens_)])];
+  std::byte* kb = b.k + size_t(layer) * b.layer_stride;
+  std::byte* vb = b.v + size_t(layer) * b.layer_stride;
   const int64_t row = pos % block_tokens_;
   const int64_t kw = shape_.k_width, vw = shape_.v_width;
   if (dtype_ == DType::kF32) {
-    std::copy(k, k + kw, reinterpret_cast<float*>(layer_base) + row * kw);
-    std::copy(v, v + vw, reinterpret_cast<float*>(layer_base + k_bytes_) + row * vw);
+    std::copy(k, k + kw, reinterpret_cast<float*>(kb) + row * kw);
+    std::copy(v, v + vw, reinterpret_cast<float*>(vb) + row * vw);
   } else {
-    uint16_t* kd = reinterpret_cast<uint16_t*>(layer_base) + row * kw;
-    uint16_t* vd = reinterpret_cast<uint16_t*>(layer_base + k_bytes_) + row * vw;
+    uint16_t* kd = reinterpret_cast<uint16_t*>(kb) + row * kw;
+    uint16_t* vd = reinterpret_cast<uint16_t*>(vb) + row * vw;
     for (int64_t i = 0; i < kw; ++i) kd[i] = f32_to_bf16(k[i]);
     for (int64_t i = 0; i < vw; ++i) vd[i] = f32_to_bf16(v[i]);
   }

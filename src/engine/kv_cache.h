@@ -1,7 +1,8 @@
 // The paged KV cache of the CPU engine: one pool of fixed-size blocks (block_tokens tokens of every
 // layer's K and V rows) shared by all sequences through per-sequence block tables. Invariant between
 // engine steps: a sequence of len tokens owns exactly blocks_for(len) blocks; every block is either in
-// exactly one table or on the free list. Rows are stored in f32 or bf16 (converted on write).
+// exactly one table or on the free list. Rows are stored in f32 or bf16 (converted on write). Storage
+// is per layer, as vLLM's: blocks with consecutive ids hold a layer's K rows contiguously.
 #pragma once
 
 #include <cstddef>
@@ -42,7 +43,7 @@ class KvCache {
   int64_t block_tokens() const { return block_tokens_; }
   DType dtype() const { return dtype_; }
   bool fixed() const { return fixed_; }
-  int64_t blocks_total() const { return int64_t(block_ptr_.size()); }  // allocated so far
+  int64_t blocks_total() const { return int64_t(blocks_.size()); }  // allocated so far
   int64_t blocks_used() const { return blocks_total() - int64_t(free_.size()); }
   // Blocks that can still be handed out: the free list of a fixed pool; unbounded when growing.
   int64_t blocks_free() const;
@@ -67,12 +68,13 @@ class KvCache {
   // sequence's length are garbage. No checks: the attention inner loops call these once per block.
   template <class T>
   const T* k_block(int seq, int64_t layer, int64_t index) const {
-    return reinterpret_cast<const T*>(block_ptr_[size_t(tables_[size_t(seq)][size_t(index)])] + layer * layer_bytes_);
+    const Block& b = blocks_[size_t(tables_[size_t(seq)][size_t(index)])];
+    return reinterpret_cast<const T*>(b.k + size_t(layer) * b.layer_stride);
   }
   template <class T>
   const T* v_block(int seq, int64_t layer, int64_t index) const {
-    return reinterpret_cast<const T*>(block_ptr_[size_t(tables_[size_t(seq)][size_t(index)])] + layer * layer_bytes_ +
-                                      k_bytes_);
+    const Block& b = blocks_[size_t(tables_[size_t(seq)][size_t(index)])];
+    return reinterpret_cast<const T*>(b.v + size_t(layer) * b.layer_stride);
   }
 
  private:
@@ -84,11 +86,21 @@ class KvCache {
   DType dtype_;
   bool fixed_;
   size_t elt_;          // bytes per stored value
+  // Where a block's rows live: layer l's K rows [block_tokens, k_width] at k + l·layer_stride, its V
+  // rows [block_tokens, v_width] at v + l·layer_stride.
+  struct Block {
+    std::byte* k;
+    std::byte* v;
+    size_t layer_stride;
+  };
+
   size_t k_bytes_;      // one block's K rows of one layer
-  size_t layer_bytes_;  // one block's K and V rows of one layer
-  size_t block_bytes_;  // one block, all layers: [n_layer][K: block_tokens × k_width | V: block_tokens × v_width]
-  std::vector<std::unique_ptr<std::byte[]>> chunks_;  // storage; a chunk is never moved or freed while live
-  std::vector<std::byte*> block_ptr_;                 // [blocks_total] block id → its bytes
+  size_t v_bytes_;      // one block's V rows of one layer
+  size_t block_bytes_;  // one block, all layers
+  // Storage, one chunk per grow() of n blocks: [n_layer][K: n × k_bytes | V: n × v_bytes]. A chunk is
+  // never moved or freed while the cache lives.
+  std::vector<std::unique_ptr<std::byte[]>> chunks_;
+  std::vector<Block> blocks_;  // [blocks_total] block id → where its rows are
   std::vector<int32_t> free_;                         // free block ids (LIFO: the last freed is reused first)
   std::vector<std::vector<int32_t>> tables_;          // [max_seqs] block ids of each sequence, in order
 };

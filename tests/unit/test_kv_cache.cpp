@@ -158,6 +158,24 @@ TEST(KvCache, RowsReadBackThroughTheBlockTable) {
       }
 }
 
+// Storage is per layer: blocks with consecutive ids hold a layer's K (and V) rows back to back, so a
+// sequence that got consecutive blocks reads each layer's rows as one contiguous run (as the unpaged
+// cache did), and freed blocks go back in an order that hands them out consecutive again.
+TEST(KvCache, ConsecutiveBlocksAreContiguousPerLayer) {
+  const int64_t B = 4;
+  KvCache kv(kShape, B, 40, DType::kBF16, 2);  // 10 blocks
+  ASSERT_TRUE(kv.reserve(0, 3 * B));
+  ASSERT_EQ(kv.table(0), (std::vector<int32_t>{0, 1, 2}));
+  for (int64_t l = 0; l < kShape.n_layer; ++l)
+    for (int64_t b = 1; b < 3; ++b) {
+      EXPECT_EQ(kv.k_block<uint16_t>(0, l, b), kv.k_block<uint16_t>(0, l, b - 1) + B * kShape.k_width);
+      EXPECT_EQ(kv.v_block<uint16_t>(0, l, b), kv.v_block<uint16_t>(0, l, b - 1) + B * kShape.v_width);
+    }
+  kv.trim(0, 0);
+  ASSERT_TRUE(kv.reserve(1, 3 * B));
+  EXPECT_EQ(kv.table(1), (std::vector<int32_t>{0, 1, 2}));
+}
+
 TEST(KvCache, Bf16StorageRoundsToNearestEven) {
   KvCache kv(kShape, 2, 2, DType::kBF16, 1);
   ASSERT_TRUE(kv.reserve(0, 2));

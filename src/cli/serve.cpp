@@ -154,7 +154,41 @@ std::unique_ptr<Runtime> build_runtime(const ServeOptions& o, const std::string&
          mo.device);
   ro.kv_tokens = o.kv_tokens;
   ro.kv_block = o.kv_block;
+  if (ro.device.is_cpu()) ro.kv_dtype = DType::kBF16;  // the server keeps KV in bf16: twice the tokens per byte
   return std::make_unique<Runtime>(Runtime::open(ro));
+}
+
+// Where the primary's bytes go and how many tokens of KV that leaves, by the planner's memory model
+// (placement/memory_model.h): the weights every lane keeps (all but the routed experts), the hot routed
+// experts, and the KV per token; then the pool (or the sequences × context a growing cache may reach).
+std::string memory_report(const Runtime& rt, const ServeOptions& o) {
+  const ModelConfig& cfg = rt.model->cfg;
+  const ModelBytes mb = model_bytes(cfg, rt.model->store);
+  const int64_t n_routed = mb.n_moe_layer * mb.n_expert;
+  const int64_t n_hot = n_routed - rt.plan.n_cold();
+  const uint64_t hot_bytes = uint64_t(n_hot) * mb.expert_bytes;
+  const bool cpu = rt.device.is_cpu();
+  const uint64_t per_token = kv_bytes_per_token(cfg, cpu ? DType::kBF16 : DType::kF32);
+  std::string s = fmt::format("memory on {}: weights {} (attention, embeddings, shared experts: {}; hot routed experts "
+                              "{} of {}: {}), KV {} bytes per token ({})",
+                              rt.device.name(), format_bytes(mb.primary_fixed() + hot_bytes),
+                              format_bytes(mb.primary_fixed()), n_hot, n_routed, format_bytes(hot_bytes), per_token,
+                              cpu ? "bf16" : "f32");
+  if (rt.plan.n_cold() > 0)
+    s += fmt::format("; {} cold experts ({}) off the primary", rt.plan.n_cold(),
+                     format_bytes(uint64_t(rt.plan.n_cold()) * mb.expert_bytes));
+  const KvUsage kv = rt.engine->kv_usage();
+  const int64_t ctx = rt.engine->max_ctx();
+  if (kv.blocks_total > 0)
+    s += fmt::format("; KV pool {} tokens ({}{}): {} sequences of the full {}-token context", kv.blocks_total * kv.block_tokens,
+                     format_bytes(uint64_t(kv.blocks_total * kv.block_tokens) * per_token),
+                     o.kv_memory_gb > 0 ? fmt::format(", --kv-memory {} GB", o.kv_memory_gb) : std::string(),
+                     kv.blocks_total * kv.block_tokens / std::max<int64_t>(ctx, 1), ctx);
+  else
+    s += fmt::format("; KV {}: {} sequences × {} tokens would take {}", cpu ? "grown on demand (no --kv-tokens)" : "one slot of the context per sequence",
+                     o.server.scheduler.max_seqs, ctx,
+                     format_bytes(uint64_t(o.server.scheduler.max_seqs) * uint64_t(ctx) * per_token));
+  return s;
 }
 
 // A runtime with the view of its lane the server shows.
@@ -437,6 +471,7 @@ int run_serve(ServeOptions& o) {
                o.server.scheduler.max_seqs,
                kv.blocks_total > 0 ? fmt::format(", KV pool {} blocks of {} tokens", kv.blocks_total, kv.block_tokens)
                                    : std::string(", KV grown on demand"));
+  spdlog::info("serve: {}", memory_report(*current.rt, o));
 
   // Supervise: reap children; after a trip (a failed step, or a lane that stopped serving while idle)
   // bring a fresh lane up, retrying with a growing pause while it fails.

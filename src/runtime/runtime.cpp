@@ -108,6 +108,7 @@ Runtime Runtime::open(const RuntimeOptions& o) {
   eo.max_ctx = o.max_ctx;
   eo.kv_block = o.kv_block;
   eo.kv_tokens = o.kv_tokens;
+  eo.kv_dtype = o.kv_dtype;
 
   // The lane's plan: from the rowmap (validated once, here), or the host lane's stand-in.
   rt.plan = LanePlan::local(mc.n_layer);

@@ -40,8 +40,11 @@ struct RuntimeOptions {
   HostWait host_wait = HostWait::kAuto;  // CUDA: how the host thread waits for each step
   std::string weights = "checkpoint";  // apply_weights_option: checkpoint or fp8
   int64_t max_seqs = 64;               // sequences live at once
-  int64_t kv_block = 16;               // EngineOptions pass-through (engines with a paged KV cache)
+  int64_t kv_block = 16;               // EngineOptions pass-through (the CPU engine's paged KV cache)
   int64_t kv_tokens = 0;
+  // The CPU engine's KV rows: f32 (the oracle fixtures' precision; the commands that check against
+  // them) or bf16 (half the bytes: the server).
+  DType kv_dtype = DType::kF32;
 };
 
 // The lane name of the peer `o` attaches: --split-peer on the split lane when given, else --peer ("" on

@@ -3,7 +3,8 @@
 # expert traffic profiled on real text, a hot/cold rowmap planned from it, a peer serving the cold
 # experts and a watchdog guarding the lane, then generation through the peer lane with the check gate
 # on every handoff, compared token for token with the local lane. Each stage says what it does and what
-# a good result looks like; the last line is the verdict (exit 1 on FAIL).
+# a good result looks like; then `tandem serve` puts the same lane behind the OpenAI API and answers a
+# chat request. The last line is the verdict (exit 1 on FAIL).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=build/tandem
@@ -75,7 +76,34 @@ stage "7. the same prompt on the local lane (every expert here): the tokens must
 $T generate --model "$work/model" --prompt "$prompt" --max-tokens 48 --ignore-eos --threads 1 --json \
   --log-level warn >"$work/local-lane.json" 2>/dev/null
 
-python3 - "$work/peer-lane.json" "$work/local-lane.json" "$work/generate.err" <<'PY'
+stage "8. serve: the same lane behind an OpenAI-compatible API (tandem serve starts its own peer and watchdog)"
+say "one command: tandem serve --model M --lane peer --rowmap R; then a chat request, as any OpenAI client sends it"
+$T serve --model "$work/model" --lane peer --rowmap "$work/rowmap.json" --port 0 --peer-check 1 \
+  >"$work/serve.out" 2>"$work/serve.log" &
+serve_pid=$!
+trap 'kill $serve_pid 2>/dev/null || true' EXIT
+url=
+for _ in $(seq 1 300); do
+  grep -q ': serving$' "$work/serve.log" && break
+  kill -0 $serve_pid 2>/dev/null || { cat "$work/serve.log"; exit 1; }
+  sleep 0.1
+done
+url=$(grep -o 'listening on http://[0-9.:]*' "$work/serve.log" | head -1 | cut -d' ' -f3)
+grep -E 'serve: (started peer|probe|model|memory)' "$work/serve.log" | sed 's/.*serve: /   serve: /'
+say "POST $url/v1/chat/completions"
+python3 - "$url" "$work" <<'PY' || true
+import json, sys, urllib.request
+url, work = sys.argv[1:3]
+body = {"messages": [{"role": "user", "content": "What does the sidecar compute?"}], "max_tokens": 16, "temperature": 0}
+req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+open(work + "/chat.json", "wb").write(urllib.request.urlopen(req, timeout=60).read())
+open(work + "/health.json", "wb").write(urllib.request.urlopen(url + "/health", timeout=10).read())
+PY
+kill $serve_pid 2>/dev/null || true
+wait $serve_pid || true
+trap - EXIT
+
+python3 - "$work/peer-lane.json" "$work/local-lane.json" "$work/generate.err" "$work/chat.json" "$work/health.json" "$url" <<'PY'
 import json, os, re, sys
 peer, local = (json.loads(open(p).read().splitlines()[0])["results"][0] for p in sys.argv[1:3])
 err = open(sys.argv[3]).read()
@@ -87,10 +115,22 @@ gate = re.findall(r"L(\d+):([-0-9.]+)\((\d+)\)", err)
 handoffs, overruns = (int(m.group(1)), int(m.group(2))) if m else (0, -1)
 checks = sum(int(n) for _, _, n in gate)
 worst = min((float(c) for _, c, _ in gate), default=float("nan"))
-ok = same and m is not None and checks > 0 and worst >= 0.999
+served = False
+try:
+    chat, health = (json.load(open(p)) for p in sys.argv[4:6])
+    answer = chat["choices"][0]
+    served = answer["finish_reason"] in ("stop", "length") and chat["usage"]["completion_tokens"] > 0
+    print(f"   server: {chat['usage']['completion_tokens']} tokens, finish_reason {answer['finish_reason']}: "
+          + repr(answer["message"]["content"])[:80])
+    print(f"   /health: {health['status']}, lane {health['lane']['name']} {health['lane']['state']} "
+          f"(peer pid {health['lane'].get('peer_pid', '-')}); the page at {sys.argv[6]}/ shows it live")
+except (OSError, ValueError, KeyError, IndexError) as e:
+    print(f"   server: no answer ({type(e).__name__}: {e})")
+ok = same and m is not None and checks > 0 and worst >= 0.999 and served
 print()
 print(f"lane check: {'PASS' if ok else 'FAIL'}, min cosine {worst:.6f} over {handoffs} handoffs ({checks} rows "
-      f"checked, bar 0.999); tokens {'identical to' if same else 'DIFFERENT from'} the local lane; {overruns} overruns")
+      f"checked, bar 0.999); tokens {'identical to' if same else 'DIFFERENT from'} the local lane; {overruns} overruns; "
+      f"server {'answered' if served else 'did NOT answer'}")
 if overruns > 0:
     load = open("/proc/loadavg").read().split()[0]
     print(f"   {overruns} of {handoffs} waits outlasted the 50 us spin limit, then blocked until the answer came:"

@@ -27,8 +27,14 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$build" ] && [ -d "$build" ] || { echo "error: build folder '${build}' not found" >&2; exit 2; }
 bins=(tandem tandem_backend_tests bench_gpu_decode bench_handoff bench_cpu_decode bench_kernels)
+# Where CMake puts each binary: the tool at the top, the tests under tests/, the benchmarks under bench/.
+path_of() {
+  local d
+  for d in "$build" "$build/tests" "$build/bench"; do [ -f "$d/$1" ] && { echo "$d/$1"; return 0; }; done
+  return 1
+}
 for b in "${bins[@]}"; do
-  [ -f "$build/$b" ] || { echo "error: $build/$b not built" >&2; exit 2; }
+  path_of "$b" > /dev/null || { echo "error: $b not built in $build (nor in its tests/ or bench/)" >&2; exit 2; }
 done
 if [ -e "$dest" ] && [ ! -f "$dest/bin.tar.xz" ]; then
   echo "error: $dest exists and is not a carry folder (no bin.tar.xz): not replacing it" >&2
@@ -36,13 +42,13 @@ if [ -e "$dest" ] && [ ! -f "$dest/bin.tar.xz" ]; then
 fi
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib"
-for b in "${bins[@]}"; do strip -o "$dest/bin/$b" "$build/$b"; done
+for b in "${bins[@]}"; do strip -o "$dest/bin/$b" "$(path_of "$b")"; done
 if [ -n "$base" ]; then
   mkdir -p "$dest/bin/base"
   strip -o "$dest/bin/base/bench_gpu_decode" "$base"
 fi
 # Shared libraries other than the C and C++ runtime, by their soname.
-ldd "${build}/tandem" "${build}/tandem_backend_tests" | awk '/=> \// { print $1, $3 }' | sort -u |
+ldd "$(path_of tandem)" "$(path_of tandem_backend_tests)" | awk '/=> \// { print $1, $3 }' | sort -u |
   while read -r name path; do
     case $name in
       libc.so*|libm.so*|libgcc_s.so*|libstdc++.so*|ld-linux*|libpthread.so*|libdl.so*|librt.so*) ;;

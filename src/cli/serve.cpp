@@ -582,8 +582,9 @@ RunFn setup(CLI::App& app) {
                  "(or re-attach to --peer NAME once it is back) and serve again once a probe through it passes")
       ->group(lane);
   app.add_option("--peer-threads", o->peer_threads,
-                 "Threads of the peer serve starts itself (default: the cores the primary leaves; the primary "
-                 "takes half the cores unless --threads says otherwise)")
+                 "Threads of the peer serve starts itself (default: the cores the primary leaves: with --device "
+                 "cpu it takes half the cores unless --threads says otherwise; behind cuda, all cores but two go "
+                 "to the peer)")
       ->check(CLI::Range(1, 4096))
       ->group(lane);
   return [o] { return run_serve(*o); };

@@ -148,7 +148,8 @@ export async function startPeer({ tandem, work, model, rowmap, lane, log: logNam
   return proc;
 }
 
-// A real chat template for the synthetic model (it ships none): Qwen3's, from the repo's fixtures.
+// A real chat template for the synthetic model (it ships only a minimal ChatML one): Qwen3's, from the
+// repo's fixtures.
 export const chatTemplate = path.join(sourceDir, "tests", "fixtures", "chat_templates", "Qwen-Qwen3-0.6B.jinja");
 
 // Starts `tandem serve` on a free port and waits until GET /health answers 200.

@@ -370,13 +370,14 @@ class ChildLane {
 };
 
 // A runtime on a lane: the child peer started first when serve owns it, then the model built and
-// attached, then (lanes with a peer) the probe. InputError or a failed probe: throws.
-LaneSet bring_up(const ServeOptions& o, ChildLane* child, uint64_t generation) {
+// attached, then (lanes with a peer) the probe. `generation` names the child's lane (one per try);
+// `restarts` is what the lane reports (restarts that succeeded). InputError or a failed probe: throws.
+LaneSet bring_up(const ServeOptions& o, ChildLane* child, uint64_t generation, uint64_t restarts) {
   std::string peer_name = o.model.lane == "split" && !o.model.split_peer.empty() ? o.model.split_peer : o.model.peer;
   if (child) peer_name = child->start(generation);
   LaneSet ls;
   ls.rt = build_runtime(o, peer_name);
-  ls.lane = std::make_unique<RuntimeLane>(*ls.rt, has_peer(o.model.lane) ? peer_name : std::string(), generation);
+  ls.lane = std::make_unique<RuntimeLane>(*ls.rt, has_peer(o.model.lane) ? peer_name : std::string(), restarts);
   if (has_peer(o.model.lane))
     if (std::string why = probe_lane(ls, o.model.check_min); !why.empty()) throw std::runtime_error(why);
   return ls;
@@ -455,10 +456,10 @@ int run_serve(ServeOptions& o) {
   };
 
   std::unique_ptr<ChildLane> child = child_peer ? std::make_unique<ChildLane>(o) : nullptr;
-  uint64_t generation = 0;
+  uint64_t generation = 0, restarts = 0;
   LaneSet current;
   try {
-    current = bring_up(o, child.get(), generation);
+    current = bring_up(o, child.get(), generation, restarts);
   } catch (...) {
     srv.stop();
     finish();
@@ -492,11 +493,12 @@ int run_serve(ServeOptions& o) {
     srv.scheduler().hold("restarting", "restarting the lane after: " + why);
     spdlog::warn("serve: lane {} is down ({}): starting a fresh one", o.model.lane, why);
     try {
-      LaneSet fresh = bring_up(o, child.get(), ++generation);
+      LaneSet fresh = bring_up(o, child.get(), ++generation, restarts + 1);
       if (!srv.scheduler().install(*fresh.rt->engine, fresh.lane.get())) break;  // stopping
       std::swap(current, fresh);  // the old lane goes now, after the scheduler let go of it
       backoff_s = 1;
-      spdlog::info("serve: lane {} restarted (restart {}): serving again", o.model.lane, generation);
+      ++restarts;
+      spdlog::info("serve: lane {} restarted (restart {}): serving again", o.model.lane, restarts);
     } catch (const std::exception& e) {
       spdlog::error("serve: the fresh lane failed ({}); trying again in {} s", e.what(), backoff_s);
       srv.scheduler().hold("restarting", fmt::format("the fresh lane failed: {}", e.what()));
@@ -517,6 +519,12 @@ int run_serve(ServeOptions& o) {
 RunFn setup(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   add_model_options(app, o->model);
+  // What serve does differently from the other commands that take these options.
+  app.get_option("--threads")->description(
+      "The primary's CPU threads (default: all cores; half of them with --device cpu when serve starts the peer itself)");
+  app.get_option("--peer")->description(
+      "Lane name of a running `tandem peer` to attach to (lanes peer and split). Without it serve starts "
+      "`tandem peer` and `tandem watchdog` itself, on the rest of the cores, and stops them when it stops");
   const std::string http = "HTTP";
   app.add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1; 0.0.0.0: every interface)")->group(http);
   app.add_option("--port", o->server.port, "Port (default 8080; 0: any free port, logged at start)")
@@ -574,8 +582,9 @@ RunFn setup(CLI::App& app) {
                  "(or re-attach to --peer NAME once it is back) and serve again once a probe through it passes")
       ->group(lane);
   app.add_option("--peer-threads", o->peer_threads,
-                 "Threads of the peer serve starts itself (default: the cores the primary leaves; the primary "
-                 "takes half the cores unless --threads says otherwise)")
+                 "Threads of the peer serve starts itself (default: the cores the primary leaves: with --device "
+                 "cpu it takes half the cores unless --threads says otherwise; behind cuda, all cores but two go "
+                 "to the peer)")
       ->check(CLI::Range(1, 4096))
       ->group(lane);
   return [o] { return run_serve(*o); };

@@ -8,7 +8,9 @@
 // with SIGKILL while a has sequences running: a real trip (the primary sees its peer gone), after
 // which a must end its streams with an error event and answer /health with 503. TANDEM_E2E_FAULT=kill
 // instead kills server a itself (SIGKILL): then its in-flight streams can only be cut by the transport,
-// which the client sees as an error; counted and reported, not failed.
+// which the client sees as an error; counted and reported, not failed. After a trip, a fresh peer is
+// started on a's lane: a (--restart-lane on) re-attaches, passes its probe and rejoins the pool, and
+// answers correctly again.
 // Usage: node haproxy.mjs --tandem BIN --work DIR
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -29,7 +31,7 @@ const lanes = { a: `e2e${process.pid}a`, b: `e2e${process.pid}b` };
 const peers = {};
 for (const k of ["a", "b"]) peers[k] = await startPeer({ tandem: opt.tandem, work: opt.work, model, rowmap, lane: lanes[k] });
 const serverFlags = (k) => ["--served-model-name", "tiny-lb", "--max-seqs", "8", "--prefill-chunk", "64", "--threads", "1",
-                            "--lane", "peer", "--peer", lanes[k], "--rowmap", rowmap];
+                            "--lane", "peer", "--peer", lanes[k], "--rowmap", rowmap, "--restart-lane", "on"];
 const [a, b] = await Promise.all(["a", "b"].map((k) =>
   startServer({ tandem: opt.tandem, work: opt.work, model, name: k, extra: serverFlags(k) })));
 process.on("exit", () => { for (const l of Object.values(lanes)) fs.rmSync(`/dev/shm/tandem-${l}`, { force: true }); });
@@ -237,6 +239,30 @@ await check(`fault (${mode}) on a under load: it leaves the pool, b serves on`, 
   assert.deepEqual(after.filter((r) => r.kind !== "complete"), [], "after a left the pool every request completes (on b)");
 });
 
+if (mode === "trip")
+  await check("a rejoins once its peer is back: re-attached, probed, UP in HAProxy, answering correctly", async () => {
+    const upBefore = Date.now();
+    peers.a = await startPeer({ tandem: opt.tandem, work: opt.work, model, rowmap, lane: lanes.a, log: "peer-a-again" });
+    // a retries the attach with a growing pause (1, 2, 4, ... s), so this may take several seconds.
+    let health;
+    for (const t0 = Date.now(); ; await sleep(100)) {
+      const h = await fetch(`${a.url}/health`);
+      health = await h.json();
+      if (h.status === 200) break;
+      assert.ok(Date.now() - t0 < 60000, `a not healthy 60 s after its peer came back: ${JSON.stringify(health)}`);
+    }
+    assert.equal(health.lane.restarts, 1, `one restart: ${JSON.stringify(health)}`);
+    assert.equal(health.lane.peer_pid, peers.a.pid, "a attached to the new peer");
+    const upMs = await waitStates({ a: "UP", b: "UP" }, 20000, "a back in the pool");
+    console.log(`     a healthy again (restarts ${health.lane.restarts}); haproxy marked it UP ${upMs} ms later`);
+    const upAt = Date.now(), na = await answered(a);
+    await waitUntil(() => results.filter((r) => r.start > upAt).length >= 24, "24 requests begun after a rejoined");
+    assert.ok((await answered(a)) > na, "HAProxy sent work to a again");
+    assert.deepEqual(results.filter((r) => r.start > upAt && r.kind !== "complete"), [],
+                     "after a rejoined every request completes");
+    console.log(`     ${Date.now() - upBefore} ms from the new peer's start to 24 good answers after the rejoin`);
+  });
+
 running = false;
 await Promise.all(workers);
 
@@ -245,7 +271,7 @@ await check("no request was cut short silently or answered wrongly", async () =>
   for (const r of results) count[r.kind] = (count[r.kind] || 0) + 1;
   console.log(`     ${results.length} requests: ${JSON.stringify(count)}`);
   for (const r of results.filter((r) => r.kind !== "complete"))
-    console.log(`     ${r.kind} (${r.stream ? "streamed" : "whole"}, ${r.start - faultAt} ms after the fault): ${r.why}${r.body ? ` ${r.body}` : ""}`);
+    console.log(`     ${r.kind} (${r.stream ? "streamed" : "whole"}, begun ${r.start - faultAt} ms after the fault): ${r.why}${r.body ? ` ${r.body}` : ""}`);
   assert.deepEqual(results.filter((r) => r.kind === "WRONG"), []);
   if (mode === "trip")
     assert.deepEqual(results.filter((r) => r.kind === "transport-cut"), [],

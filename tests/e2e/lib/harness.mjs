@@ -133,9 +133,10 @@ export function makeRowmap(tandem, work, model, cold = 8) {
   return rowmap;
 }
 
-// `tandem peer` for lane `lane`, waited for until it logs that it serves. Returns its ChildProcess.
-export async function startPeer({ tandem, work, model, rowmap, lane, timeoutMs = 60000 }) {
-  const log = path.join(work, `peer-${lane}.log`);
+// `tandem peer` for lane `lane`, waited for until it logs that it serves (its log: WORK/`log`.log,
+// default peer-LANE). Returns its ChildProcess.
+export async function startPeer({ tandem, work, model, rowmap, lane, log: logName = `peer-${lane}`, timeoutMs = 60000 }) {
+  const log = path.join(work, `${logName}.log`);
   const args = ["peer", "--model", model, "--rowmap", rowmap, "--lane", lane, "--threads", "1"];
   fs.writeFileSync(log, `$ ${tandem} ${args.join(" ")}\n`);
   const proc = startProcess(tandem, args, log);
@@ -147,7 +148,8 @@ export async function startPeer({ tandem, work, model, rowmap, lane, timeoutMs =
   return proc;
 }
 
-// A real chat template for the synthetic model (it ships none): Qwen3's, from the repo's fixtures.
+// A real chat template for the synthetic model (it ships only a minimal ChatML one): Qwen3's, from the
+// repo's fixtures.
 export const chatTemplate = path.join(sourceDir, "tests", "fixtures", "chat_templates", "Qwen-Qwen3-0.6B.jinja");
 
 // Starts `tandem serve` on a free port and waits until GET /health answers 200.

@@ -38,6 +38,8 @@
 #include "models/model.h"
 #include "placement/fingerprint.h"
 #include "placement/rowmap.h"
+#include "runtime/lane.h"
+#include "runtime/lane_plan.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include "backends/cuda/cuda_diagnostics.h"
@@ -144,22 +146,7 @@ int run(const Args& a) {
   auto model = Model::load(a.model);
   const auto& c = model->cfg;
   if (!a.write_rowmap.empty()) {
-    auto cold = cold_tail(c, a.cold_fraction);
-    Rowmap rm;
-    rm.fingerprint = model_fingerprint(c, model->store);
-    rm.source.mode = "bench";
-    rm.source.policy = "cold-tail";
-    rm.source.budget = fmt::format("cold fraction {}", a.cold_fraction);
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      if (!c.layer_is_moe[size_t(l)]) continue;
-      RowmapLayer layer;
-      layer.layer = l;
-      std::vector<bool> is_cold(size_t(c.n_expert), false);
-      for (int32_t e : cold[size_t(l)]) is_cold[size_t(e)] = true;
-      for (int64_t e = 0; e < c.n_expert; ++e) (is_cold[size_t(e)] ? layer.cold : layer.hot).push_back(int32_t(e));
-      rm.layers.push_back(layer);
-    }
-    rm.finalize();
+    const Rowmap rm = cold_tail_rowmap(c, model_fingerprint(c, model->store), a.cold_fraction);
     rm.save(a.write_rowmap);
     fmt::print(stderr, "wrote {}\n", a.write_rowmap);
     return 0;
@@ -207,27 +194,24 @@ int run(const Args& a) {
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::string> table;
   for (const std::string& lane : lane_list) {
+    // The lane's plan as every command makes it (runtime/lane_plan.h): the rowmap's cold lists, or the
+    // host lane's stand-in; for the peer lane the fingerprint its peer publishes.
+    const Lane ln = parse_lane(lane, "--lanes");
+    if (ln == Lane::kSplit) fail("--lanes split: use `tandem bench` (its peer chooses the cut)");
+    if (ln == Lane::kPeer && (a.peer.empty() || !rowmap))
+      fail("--lanes peer needs --peer NAME and --rowmap R (a running `tandem peer`)");
+    LanePlan plan = LanePlan::local(c.n_layer);
+    if (ln == Lane::kHost)
+      plan = rowmap ? LanePlan::from_rowmap(ln, *rowmap, c.n_layer) : LanePlan::from_stand_in(ln, c, a.cold_fraction);
+    if (ln == Lane::kPeer)
+      plan = LanePlan::from_rowmap(ln, *rowmap, c.n_layer, a.peer, 0, cold_weights_fingerprint(*model, *rowmap));
     CudaOptions co;
-    std::vector<std::vector<int32_t>> cold(size_t(c.n_layer));
-    auto cold_lists = [&] {
-      if (!rowmap) return cold_tail(c, a.cold_fraction);
-      std::vector<std::vector<int32_t>> out(size_t(c.n_layer));
-      for (const auto& l : rowmap->layers) out[size_t(l.layer)] = l.cold;
-      return out;
-    };
-    if (lane == "host") {
-      co.lane = CudaLane::kHost;
-      co.cold = cold = cold_lists();
-    } else if (lane == "peer") {
-      if (a.peer.empty() || !rowmap) fail("--lanes peer needs --peer NAME and --rowmap R (a running `tandem peer`)");
-      co.lane = CudaLane::kPeer;
-      co.cold = cold = cold_lists();
-      co.peer = a.peer;
-      co.peer_fingerprint = lane_fingerprint(*rowmap, 0, cold_weights_fingerprint(*model, *rowmap));
-      co.peer_spin_limit_us = a.spin_limit_us;
-    } else if (lane != "local") {
-      fail("--lanes: unknown lane '{}'", lane);
-    }
+    co.lane = ln == Lane::kHost ? CudaLane::kHost : ln == Lane::kPeer ? CudaLane::kPeer : CudaLane::kLocal;
+    co.cold = plan.cold;
+    co.peer = plan.peer;
+    co.peer_fingerprint = plan.lane_fp;
+    co.peer_spin_limit_us = a.spin_limit_us;
+    const auto& cold = plan.cold;
     if (a.breakdown > 0) co.graphs = false, co.pdl = false;  // eager and serial: every kernel timed alone
     EngineOptions eo;
     eo.max_seqs = 32;

@@ -54,9 +54,6 @@ LanePlan LanePlan::from_stand_in(Lane lane, const ModelConfig& cfg, double fract
   return p;
 }
 
-// The CUDA backend defines the same function (backends/cuda/cuda_engine.h) until its copy is removed;
-// a second definition would not link.
-#ifndef TANDEM_HAVE_CUDA
 std::vector<std::vector<int32_t>> cold_tail(const ModelConfig& cfg, double fraction) {
   if (!(fraction >= 0.0 && fraction <= 1.0)) fail("cold fraction {} is outside [0, 1]", fraction);
   std::vector<std::vector<int32_t>> cold(size_t(cfg.n_layer));
@@ -66,7 +63,6 @@ std::vector<std::vector<int32_t>> cold_tail(const ModelConfig& cfg, double fract
       for (int64_t e = cfg.n_expert - n_cold; e < cfg.n_expert; ++e) cold[size_t(l)].push_back(int32_t(e));
   return cold;
 }
-#endif
 
 Rowmap cold_tail_rowmap(const ModelConfig& cfg, const std::string& model_fp, double fraction) {
   const auto cold = cold_tail(cfg, fraction);

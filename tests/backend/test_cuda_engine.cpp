@@ -15,6 +15,7 @@
 #include "engine/generate.h"
 #include "engine/verify.h"
 #include "models/synth.h"
+#include "runtime/lane_plan.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -486,15 +487,6 @@ TEST(CudaEngineOptions, ContextAndSlotLimits) {
   Engine::Item it3{s, toks};
   EXPECT_EQ(e->forward(std::span<const Engine::Item>(&it3, 1)).size(), size_t(model->cfg.vocab_size));
   EXPECT_EQ(e->seq_len(s), 8);
-}
-
-TEST(CudaEngineOptions, ParseDevice) {
-  EXPECT_EQ(parse_cuda_device("cuda"), 0);
-  EXPECT_EQ(parse_cuda_device("cuda:3"), 3);
-  EXPECT_FALSE(parse_cuda_device("cpu"));
-  EXPECT_FALSE(parse_cuda_device("cuda:"));
-  EXPECT_FALSE(parse_cuda_device("cuda:x"));
-  EXPECT_FALSE(parse_cuda_device("cudax"));
 }
 
 }  // namespace

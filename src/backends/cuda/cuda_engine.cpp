@@ -704,17 +704,6 @@ void cuda_set_kernel_policy(Engine& engine, const CudaKernelPolicy& p) {
   cuda_engine(engine).set_policy(p);
 }
 
-std::optional<int> parse_cuda_device(std::string_view device) {
-  if (device == "cuda") return 0;
-  if (device.substr(0, 5) != "cuda:" || device.size() == 5 || device.size() > 8) return std::nullopt;
-  int v = 0;
-  for (char ch : device.substr(5)) {
-    if (ch < '0' || ch > '9') return std::nullopt;
-    v = v * 10 + (ch - '0');
-  }
-  return v;
-}
-
 int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -722,16 +711,6 @@ int cuda_device_count() {
     return 0;
   }
   return n;
-}
-
-std::vector<std::vector<int32_t>> cold_tail(const ModelConfig& cfg, double fraction) {
-  if (!(fraction >= 0.0 && fraction <= 1.0)) fail("cold fraction {} is outside [0, 1]", fraction);
-  std::vector<std::vector<int32_t>> cold(size_t(cfg.n_layer));
-  const int64_t n_cold = int64_t(fraction * double(cfg.n_expert) + 0.5);
-  for (int64_t l = 0; l < cfg.n_layer; ++l)
-    if (cfg.layer_is_moe[size_t(l)])
-      for (int64_t e = cfg.n_expert - n_cold; e < cfg.n_expert; ++e) cold[size_t(l)].push_back(int32_t(e));
-  return cold;
 }
 
 std::unique_ptr<Engine> make_cuda_engine(const Model& model, const EngineOptions& options, const CudaOptions& cuda) {

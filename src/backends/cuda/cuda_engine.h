@@ -60,8 +60,6 @@ struct CudaOptions {
   CudaHostWait host_wait = CudaHostWait::kSpin;
 };
 
-// "cuda" -> 0, "cuda:N" -> N; nullopt for anything else ("cpu", "cuda:x", ...).
-std::optional<int> parse_cuda_device(std::string_view device);
 // Number of usable CUDA devices (0 without a driver or a device).
 int cuda_device_count();
 // The device's read bandwidth in GB/s (1e9 bytes), measured: a kernel streaming `bytes` of its memory
@@ -74,9 +72,6 @@ double cuda_host_read_bandwidth_gbps(int device, size_t bytes = size_t(512) << 2
 // (a CPU peer's --split-share auto) gives its GPU memory back. Nothing of this process on that device
 // may be used afterwards.
 void cuda_release_device(int device);
-// Per MoE layer, the round(fraction · n_expert) highest expert ids (a stand-in placement until a
-// planned rowmap is given). fraction in [0, 1], else InputError.
-std::vector<std::vector<int32_t>> cold_tail(const ModelConfig& cfg, double fraction);
 
 // Counters of a CUDA engine's peer lane (nullopt for other engines and lanes). Syncs the device.
 struct CudaPeerStats {

@@ -55,7 +55,10 @@ while [ $# -gt 0 ]; do
   shift
 done
 carry_setup "$carry_dir"
-[ -z "$base" ] || [ -x "$base" ] || chmod +x "$base" 2>/dev/null || { echo "error: --base $base is not a binary" >&2; exit 2; }
+if [ -n "$base" ]; then
+  [ -x "$base" ] || chmod +x "$base" 2>/dev/null
+  [ -f "$base" ] && [ -x "$base" ] || { echo "error: --base $base: not an executable file ($(ls -l "$base" 2>&1))" >&2; exit 2; }
+fi
 [ "${TANDEM_GPU_NESTED:-0}" = 1 ] || log_machine
 synth_flash_mini "$model" 0 0 || { carry_finish; exit 1; }
 new_bin="$carry/bin/bench_gpu_decode"

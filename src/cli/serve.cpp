@@ -49,7 +49,8 @@ struct ServeOptions {
   int peer_threads = 0;          // --peer-threads (child peer; 0: chosen for the machine)
 };
 
-bool has_peer(const std::string& lane) { return lane == "peer" || lane == "split"; }
+// The lane a --lane text names (the text was checked by runtime_options before any use here).
+bool has_peer(const std::string& lane) { return lane_has_peer(parse_lane(lane)); }
 
 // The lane's counters (the peer lane's client on a CPU primary, the CUDA engine's lane) and its
 // state from the lane's shared-memory header: tripped, stopped, or the peer process gone.
@@ -197,58 +198,13 @@ struct LaneSet {
   std::unique_ptr<RuntimeLane> lane;
 };
 
-// The probe a fresh lane must pass before it serves: a short fixed prompt through the lane's engine and
-// through every expert on this host (a CpuEngine of the same model with no lane), whose last logits
-// must agree to a cosine of --check-min (0.999 when --check-min records only), with at least one
-// handoff to the peer on the way. Returns "" when it passes, else why not.
+// The probe a fresh lane must pass before it serves (Runtime::probe), logged when it passes.
 std::string probe_lane(LaneSet& ls, double check_min) {
-  const Model& model = *ls.rt->model;
-  const int64_t vocab = model.cfg.vocab_size;
-  std::vector<int32_t> prompt;
-  for (int64_t i = 0; i < 8; ++i) prompt.push_back(int32_t((7 + 131 * i) % vocab));
-  auto last_logits = [&](Engine& e) {
-    const int seq = e.add_sequence();
-    const Engine::Item item{seq, prompt};
-    std::vector<float> out;
-    try {
-      out = e.forward(std::span<const Engine::Item>(&item, 1));
-    } catch (...) {
-      e.remove_sequence(seq);
-      throw;
-    }
-    e.remove_sequence(seq);
-    return out;
-  };
-  const uint64_t before = ls.lane->snapshot().handoffs;
-  std::vector<float> got;
-  try {
-    got = last_logits(*ls.rt->engine);
-  } catch (const std::exception& ex) {
-    return fmt::format("the probe's step failed: {}", ex.what());
-  }
-  const server::LaneSnapshot after = ls.lane->snapshot();
-  if (after.has_peer && after.handoffs == before)
-    return "the probe reached no cold expert: the lane was not exercised";
-  EngineOptions eo;
-  eo.max_seqs = 1;
-  eo.max_ctx = int64_t(prompt.size());
-  CpuEngine reference(model, eo);
-  const std::vector<float> want = last_logits(reference);
-  double dot = 0, ng = 0, nw = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    dot += double(got[size_t(i)]) * want[size_t(i)];
-    ng += double(got[size_t(i)]) * got[size_t(i)];
-    nw += double(want[size_t(i)]) * want[size_t(i)];
-  }
-  const double cosine = ng > 0 && nw > 0 ? dot / std::sqrt(ng * nw) : (ng == nw ? 1.0 : 0.0);
-  const double bar = check_min >= -1 ? check_min : 0.999;
-  if (!(cosine >= bar))
-    return fmt::format("the probe's logits through the lane have cosine {:.6f} against every expert on this host, "
-                       "below {}",
-                       cosine, bar);
-  spdlog::info("serve: probe through lane {} passed (logits cosine {:.6f}, {} handoffs)", lane_name(ls.rt->lane()), cosine,
-               after.handoffs - before);
-  return "";
+  const ProbeResult r = ls.rt->probe(check_min >= -1 ? check_min : 0.999);
+  if (r.passed)
+    spdlog::info("serve: probe through lane {} passed (logits cosine {:.6f}, {} handoffs)", lane_name(ls.rt->lane()),
+                 r.cosine, r.handoffs);
+  return r.why;
 }
 
 // The peer and the watchdog serve starts for lanes peer and split when no --peer is given.
@@ -265,7 +221,7 @@ class ChildLane {
     std::vector<std::string> peer = {self, "peer", "--model", o_.model.model_dir, "--rowmap", o_.model.rowmap,
                                      "--lane", lane_, "--threads", std::to_string(peer_threads()),
                                      "--weights", o_.model.weights};
-    if (o_.model.lane == "split") peer.insert(peer.end(), {"--split-share", o_.model.split});
+    if (parse_lane(o_.model.lane) == Lane::kSplit) peer.insert(peer.end(), {"--split-share", o_.model.split});
     if (parse_device(o_.model.device).cuda)  // behind a GPU primary (docs/operations.md)
       peer.insert(peer.end(), {"--spin-us", "50000", "--worker-spin-us", "50000"});
     peer_pid_ = spawn(peer);
@@ -373,7 +329,8 @@ class ChildLane {
 // attached, then (lanes with a peer) the probe. `generation` names the child's lane (one per try);
 // `restarts` is what the lane reports (restarts that succeeded). InputError or a failed probe: throws.
 LaneSet bring_up(const ServeOptions& o, ChildLane* child, uint64_t generation, uint64_t restarts) {
-  std::string peer_name = o.model.lane == "split" && !o.model.split_peer.empty() ? o.model.split_peer : o.model.peer;
+  std::string peer_name =
+      parse_lane(o.model.lane) == Lane::kSplit && !o.model.split_peer.empty() ? o.model.split_peer : o.model.peer;
   if (child) peer_name = child->start(generation);
   LaneSet ls;
   ls.rt = build_runtime(o, peer_name);

@@ -215,4 +215,61 @@ std::string Runtime::lane_state() const {
   }
 }
 
+ProbeResult Runtime::probe(double bar) {
+  const int64_t vocab = model->cfg.vocab_size;
+  std::vector<int32_t> prompt;
+  for (int64_t i = 0; i < 8; ++i) prompt.push_back(int32_t((7 + 131 * i) % vocab));
+  auto last_logits = [&](Engine& e) {
+    const int seq = e.add_sequence();
+    const Engine::Item item{seq, prompt};
+    std::vector<float> out;
+    try {
+      out = e.forward(std::span<const Engine::Item>(&item, 1));
+    } catch (...) {
+      e.remove_sequence(seq);
+      throw;
+    }
+    e.remove_sequence(seq);
+    return out;
+  };
+  auto handoffs_now = [&] {
+    const std::optional<LaneCounters> c = lane_counters();
+    return c ? c->client.handoffs : uint64_t(0);
+  };
+  ProbeResult r;
+  const uint64_t before = handoffs_now();
+  std::vector<float> got;
+  try {
+    got = last_logits(*engine);
+  } catch (const std::exception& ex) {
+    r.why = fmt::format("the probe's step failed: {}", ex.what());
+    return r;
+  }
+  r.handoffs = handoffs_now() - before;
+  if (lane_has_peer(plan.lane) && r.handoffs == 0) {
+    r.why = "the probe reached no cold expert: the lane was not exercised";
+    return r;
+  }
+  EngineOptions eo;
+  eo.max_seqs = 1;
+  eo.max_ctx = int64_t(prompt.size());
+  CpuEngine reference(*model, eo);
+  const std::vector<float> want = last_logits(reference);
+  double dot = 0, ng = 0, nw = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    dot += double(got[size_t(i)]) * want[size_t(i)];
+    ng += double(got[size_t(i)]) * got[size_t(i)];
+    nw += double(want[size_t(i)]) * want[size_t(i)];
+  }
+  r.cosine = ng > 0 && nw > 0 ? dot / std::sqrt(ng * nw) : (ng == nw ? 1.0 : 0.0);
+  if (!(r.cosine >= bar)) {
+    r.why = fmt::format("the probe's logits through the lane have cosine {:.6f} against every expert on this host, "
+                        "below {}",
+                        r.cosine, bar);
+    return r;
+  }
+  r.passed = true;
+  return r;
+}
+
 }  // namespace tandem

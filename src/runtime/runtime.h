@@ -69,6 +69,14 @@ struct LaneCounters {
   std::vector<LayerCheck> checks;  // [n_layer] the check gate
 };
 
+// What Runtime::probe saw.
+struct ProbeResult {
+  bool passed = false;
+  double cosine = 0;      // of the last logits, lane against every expert on this host
+  uint64_t handoffs = 0;  // handoffs to the peer during the probe
+  std::string why;        // "" when it passed
+};
+
 struct Runtime {
   // Members in construction order: the engine and the peer lane refer to the model and the rowmap.
   std::unique_ptr<Model> model;
@@ -94,6 +102,11 @@ struct Runtime {
   std::string lane_summary() const;
   // The check gate's per-layer results of a peer lane; null for other lanes. Valid until the next call.
   const std::vector<LayerCheck>* lane_checks() const;
+  // The probe a lane passes before it serves (the server, after a start or a restart): a fixed 8-token
+  // prompt through this runtime's engine and through every expert on this host (a CpuEngine of the
+  // same model, no lane); their last logits must agree to a cosine of at least `bar`, and a lane with a
+  // peer must have handed off at least once on the way. Uses one sequence of the engine and frees it.
+  ProbeResult probe(double bar);
   // The state of the peer's lane as its shared-memory header says now ("starting", "serving",
   // "tripped", "refused", "stopped"; "gone" when the segment is no longer there); "" without a peer.
   std::string lane_state() const;

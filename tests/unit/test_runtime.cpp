@@ -382,6 +382,17 @@ TEST_F(RuntimeOnAModel, PeerLaneAttachesAndCounts) {
   }
   EXPECT_GT(checked, 0);
   EXPECT_EQ(rt.lane_summary().rfind("lane peer: ", 0), 0u) << rt.lane_summary();
+
+  // The probe a server runs before it serves through this lane: through the peer, and agreeing with
+  // every expert on this host.
+  const ProbeResult pr = rt.probe(0.999);
+  EXPECT_TRUE(pr.passed) << pr.why;
+  EXPECT_GT(pr.handoffs, 0u);
+  EXPECT_GE(pr.cosine, 0.999);
+  // A bar no cosine reaches fails it, saying why.
+  const ProbeResult impossible = local.probe(1.5);
+  EXPECT_FALSE(impossible.passed);
+  EXPECT_NE(impossible.why.find("below 1.5"), std::string::npos) << impossible.why;
 }
 
 }  // namespace

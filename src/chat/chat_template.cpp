@@ -91,6 +91,15 @@ std::string select_chat_template(const nlohmann::ordered_json& field, const std:
   fail("{}: 'chat_template' has no template named \"default\" (it has: {})", origin, names.empty() ? "none" : names);
 }
 
+void override_chat_template(ModelChatTemplate& t, const std::string& path, const std::string& flag) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("{} {}: cannot read the file", flag, path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  t.source = ss.str();
+  t.origin = path;
+}
+
 ModelChatTemplate load_model_chat_template(const std::string& model_dir) {
   namespace fs = std::filesystem;
   ModelChatTemplate m;

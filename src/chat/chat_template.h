@@ -51,6 +51,9 @@ struct ModelChatTemplate {
   std::string bos_token, eos_token;
 };
 ModelChatTemplate load_model_chat_template(const std::string& model_dir);
+// Replaces `t`'s template with the file at `path` (a --chat-template-file), keeping its bos/eos; an
+// InputError naming `flag` and the file when it cannot be read.
+void override_chat_template(ModelChatTemplate& t, const std::string& path, const std::string& flag);
 
 // The `chat_template` field of a tokenizer_config.json: a string, or [{name, template}, ...] → "default".
 std::string select_chat_template(const nlohmann::ordered_json& field, const std::string& origin);

@@ -20,8 +20,6 @@
 #include <mutex>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "chat/chat_template.h"
@@ -108,14 +106,6 @@ class RuntimeLane final : public server::LaneStatus {
   std::shared_ptr<peer::Segment> segment_;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("--chat-template-file {}: cannot read the file", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 server::ChatSetup load_chat(const ServeOptions& o) {
   chat::ModelChatTemplate src;
   bool have = false;
@@ -129,8 +119,7 @@ server::ChatSetup load_chat(const ServeOptions& o) {
                    e.what());
   }
   if (!o.chat_template_file.empty()) {
-    src.source = read_file(o.chat_template_file);
-    src.origin = o.chat_template_file;
+    chat::override_chat_template(src, o.chat_template_file, "--chat-template-file");
     have = true;
   }
   server::ChatSetup c;

@@ -117,8 +117,14 @@ ServeEnd PeerServer::serve() {
       if (auto end = damaged()) return finish(*end);
     if (st == uint32_t(LaneState::kTripped)) return finish(ServeEnd::kTripped);
     if (st != uint32_t(LaneState::kServing)) return finish(ServeEnd::kLaneStopped);
-    if (h.attach_seq.load(std::memory_order_acquire) != acked_attach_ && !handle_attach())
-      return finish(ServeEnd::kRefused);
+    if (h.attach_seq.load(std::memory_order_acquire) != acked_attach_) {
+      // Garbage written over the header can look like an attach: a damaged header is corrupt, never a
+      // refused primary, so it is checked before the attach and again after its fields were read.
+      if (auto end = damaged()) return finish(*end);
+      const bool attached = handle_attach();
+      if (auto end = damaged()) return finish(*end);
+      if (!attached) return finish(ServeEnd::kRefused);
+    }
 
     bool worked = false;
     for (uint32_t i = 0; i < n_slots; ++i) {
@@ -178,6 +184,7 @@ bool PeerServer::handle_attach() {
   const int32_t pid = h.primary_pid.load(std::memory_order_relaxed);
   acked_attach_ = seq;
   if (fp != segment_->fingerprint()) {
+    if (!header_damage().empty()) return true;  // not a primary at all: the caller stops the lane as corrupt
     std::string reason = fmt::format(
         "fingerprint mismatch with the primary (pid {}): {}", pid,
         describe_mismatch(segment_->fingerprint(), h.peer_rowmap_fingerprint, h.peer_weights_fingerprint, fp,

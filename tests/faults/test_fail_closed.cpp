@@ -267,11 +267,11 @@ TEST_F(FailClosed, MissingOrDeadPeerIsNamed) {
       << log("primary.err");
 }
 
-// Scribbles `bytes` over the lane's segment from offset 0, through the file (as any writer could).
-void scribble(const std::string& lane, const std::string& bytes) {
+// Scribbles `bytes` over the lane's segment from `offset`, through the file (as any writer could).
+void scribble(const std::string& lane, const std::string& bytes, off_t offset = 0) {
   int fd = shm_open(peer::shm_name(lane).c_str(), O_RDWR, 0);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(pwrite(fd, bytes.data(), bytes.size(), 0), ssize_t(bytes.size()));
+  ASSERT_EQ(pwrite(fd, bytes.data(), bytes.size(), offset), ssize_t(bytes.size()));
   close(fd);
 }
 std::string garbage() {
@@ -309,6 +309,29 @@ TEST_F(FailClosed, GarbageHeaderMidRunFailsTheRequestAsCorrupt) {
   EXPECT_EQ(peer_.exit_code, peer::kExitLaneDamaged) << log("peer.err");
   const std::string all = log("primary.out") + log("primary.err") + log("peer.out") + log("peer.err");
   EXPECT_EQ(all.find("primary_gone"), std::string::npos) << all;
+  EXPECT_NE(all.find("corrupt"), std::string::npos) << all;
+  EXPECT_FALSE(has_control_bytes(all)) << all;
+}
+
+// 7, the attach fields only: garbage over primary_pid, primary_fingerprint and attach_seq, with the identity
+// line and the state left intact, reads like a second primary attaching with a foreign fingerprint. It is
+// a damaged header (corrupt, exit 4), not a refused primary (exit 2): a scribble caught halfway through
+// by the peer's loop looks exactly like this.
+TEST_F(FailClosed, GarbageInTheAttachFieldsIsCorruptNotARefusal) {
+  const std::string lane = use_lane("garbage-attach");
+  start_fake_peer(lane);
+  start_fake_primary(lane);
+  auto seg = peer::Segment::open(lane, 10);
+  ASSERT_TRUE(test::wait_until([&] { return seg->header().handoffs.load() >= 20; }, 20)) << log("primary.err");
+  const size_t from = offsetof(peer::Header, primary_pid);
+  const size_t to = offsetof(peer::Header, attach_seq) + sizeof(uint32_t);
+  scribble(lane, garbage().substr(0, to - from), off_t(from));
+  ASSERT_TRUE(test::wait_exit(primary_, 10));
+  ASSERT_TRUE(test::wait_exit(peer_, 10));
+  EXPECT_NE(primary_.exit_code, 0);
+  EXPECT_EQ(peer_.exit_code, peer::kExitLaneDamaged) << log("peer.err");
+  const std::string all = log("primary.out") + log("primary.err") + log("peer.out") + log("peer.err");
+  EXPECT_EQ(all.find("refused a primary"), std::string::npos) << all;
   EXPECT_NE(all.find("corrupt"), std::string::npos) << all;
   EXPECT_FALSE(has_control_bytes(all)) << all;
 }

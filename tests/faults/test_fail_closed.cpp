@@ -42,6 +42,21 @@ bool has_control_bytes(const std::string& s) {
   return false;
 }
 
+// Scribbles `bytes` over the lane's segment from `offset`, through the file (as any writer could).
+void scribble(const std::string& lane, const std::string& bytes, off_t offset = 0) {
+  int fd = shm_open(peer::shm_name(lane).c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, bytes.data(), bytes.size(), offset), ssize_t(bytes.size()));
+  close(fd);
+}
+std::string garbage() {
+  std::string g;
+  const std::string evil = "\x1b]0;owned\x07\x1b[2J";
+  while (g.size() < peer::kHeaderBytes) g += evil + char(0xff) + char(0x05);
+  g.resize(peer::kHeaderBytes);
+  return g;
+}
+
 // Two tiny models of the same architecture and shapes (seeds 1 and 2), one rowmap that fits both.
 class FailClosed : public ::testing::Test {
  protected:
@@ -90,6 +105,25 @@ class FailClosed : public ::testing::Test {
   }
   void start_fake_primary(const std::string& lane) {
     primary_ = test::spawn(fake("primary", lane), dir_.file("primary.out"), dir_.file("primary.err"));
+  }
+  // Runs a fake primary against a fake peer, scribbles `bytes` at `offset` once 20 handoffs are done, and
+  // checks that both stop as a damaged lane: the primary fails, the peer exits 4 (corrupt), no side
+  // calls it a vanished primary, and no raw byte reaches a log. Returns every log, for more checks.
+  std::string scribble_mid_run(const std::string& lane, const std::string& bytes, off_t offset) {
+    start_fake_peer(lane);
+    start_fake_primary(lane);
+    auto seg = peer::Segment::open(lane, 10);
+    EXPECT_TRUE(test::wait_until([&] { return seg->header().handoffs.load() >= 20; }, 20)) << log("primary.err");
+    scribble(lane, bytes, offset);
+    EXPECT_TRUE(test::wait_exit(primary_, 10));
+    EXPECT_TRUE(test::wait_exit(peer_, 10));
+    EXPECT_NE(primary_.exit_code, 0);
+    EXPECT_EQ(peer_.exit_code, peer::kExitLaneDamaged) << log("peer.err");
+    const std::string all = log("primary.out") + log("primary.err") + log("peer.out") + log("peer.err");
+    EXPECT_EQ(all.find("primary_gone"), std::string::npos) << all;
+    EXPECT_NE(all.find("corrupt"), std::string::npos) << all;
+    EXPECT_FALSE(has_control_bytes(all)) << all;
+    return all;
   }
 
   test::TempDir dir_;
@@ -267,21 +301,6 @@ TEST_F(FailClosed, MissingOrDeadPeerIsNamed) {
       << log("primary.err");
 }
 
-// Scribbles `bytes` over the lane's segment from `offset`, through the file (as any writer could).
-void scribble(const std::string& lane, const std::string& bytes, off_t offset = 0) {
-  int fd = shm_open(peer::shm_name(lane).c_str(), O_RDWR, 0);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(pwrite(fd, bytes.data(), bytes.size(), offset), ssize_t(bytes.size()));
-  close(fd);
-}
-std::string garbage() {
-  std::string g;
-  const std::string evil = "\x1b]0;owned\x07\x1b[2J";
-  while (g.size() < peer::kHeaderBytes) g += evil + char(0xff) + char(0x05);
-  g.resize(peer::kHeaderBytes);
-  return g;
-}
-
 // 7. Garbage in the header before a primary attaches: the peer stops with its own cause and exit code
 // (corrupt, 4), not as a normal stop (0); nothing raw from the segment reaches an error message.
 TEST_F(FailClosed, GarbageHeaderIsCorruptNotAStop) {
@@ -297,20 +316,7 @@ TEST_F(FailClosed, GarbageHeaderIsCorruptNotAStop) {
 
 // 7, mid-run: the primary fails with cause corrupt (not primary_gone), and prints no raw bytes.
 TEST_F(FailClosed, GarbageHeaderMidRunFailsTheRequestAsCorrupt) {
-  const std::string lane = use_lane("garbage-run");
-  start_fake_peer(lane);
-  start_fake_primary(lane);
-  auto seg = peer::Segment::open(lane, 10);
-  ASSERT_TRUE(test::wait_until([&] { return seg->header().handoffs.load() >= 20; }, 20)) << log("primary.err");
-  scribble(lane, garbage());
-  ASSERT_TRUE(test::wait_exit(primary_, 10));
-  ASSERT_TRUE(test::wait_exit(peer_, 10));
-  EXPECT_NE(primary_.exit_code, 0);
-  EXPECT_EQ(peer_.exit_code, peer::kExitLaneDamaged) << log("peer.err");
-  const std::string all = log("primary.out") + log("primary.err") + log("peer.out") + log("peer.err");
-  EXPECT_EQ(all.find("primary_gone"), std::string::npos) << all;
-  EXPECT_NE(all.find("corrupt"), std::string::npos) << all;
-  EXPECT_FALSE(has_control_bytes(all)) << all;
+  scribble_mid_run(use_lane("garbage-run"), garbage(), 0);
 }
 
 // 7, the attach fields only: garbage over primary_pid, primary_fingerprint and attach_seq, with the identity
@@ -318,22 +324,10 @@ TEST_F(FailClosed, GarbageHeaderMidRunFailsTheRequestAsCorrupt) {
 // a damaged header (corrupt, exit 4), not a refused primary (exit 2): a scribble caught halfway through
 // by the peer's loop looks exactly like this.
 TEST_F(FailClosed, GarbageInTheAttachFieldsIsCorruptNotARefusal) {
-  const std::string lane = use_lane("garbage-attach");
-  start_fake_peer(lane);
-  start_fake_primary(lane);
-  auto seg = peer::Segment::open(lane, 10);
-  ASSERT_TRUE(test::wait_until([&] { return seg->header().handoffs.load() >= 20; }, 20)) << log("primary.err");
   const size_t from = offsetof(peer::Header, primary_pid);
   const size_t to = offsetof(peer::Header, attach_seq) + sizeof(uint32_t);
-  scribble(lane, garbage().substr(0, to - from), off_t(from));
-  ASSERT_TRUE(test::wait_exit(primary_, 10));
-  ASSERT_TRUE(test::wait_exit(peer_, 10));
-  EXPECT_NE(primary_.exit_code, 0);
-  EXPECT_EQ(peer_.exit_code, peer::kExitLaneDamaged) << log("peer.err");
-  const std::string all = log("primary.out") + log("primary.err") + log("peer.out") + log("peer.err");
+  const std::string all = scribble_mid_run(use_lane("garbage-attach"), garbage().substr(0, to - from), off_t(from));
   EXPECT_EQ(all.find("refused a primary"), std::string::npos) << all;
-  EXPECT_NE(all.find("corrupt"), std::string::npos) << all;
-  EXPECT_FALSE(has_control_bytes(all)) << all;
 }
 
 // 8. The watchdog signals only processes it verified as the lane's own: a header edited to name an

@@ -91,6 +91,8 @@ class RuntimeLane final : public server::LaneStatus {
       s.rows_sent = c->rows_sent;
       s.routed_slots = c->routed_slots;
       s.cold_slots = c->cold_slots;
+      s.routed_slots_by_layer = c->routed_slots_by_layer;
+      s.cold_slots_by_layer = c->cold_slots_by_layer;
       for (const LayerCheck& l : c->checks)
         if (l.checks) {
           s.checks += l.checks;

@@ -74,6 +74,8 @@ PeerExperts::PeerExperts(const Model& model, const Rowmap& rowmap, const PeerLan
                peer::fp1_text(weights_fp_));
   client_ = peer::PeerClient::attach(options.lane, lane_fingerprint(rowmap, 0, weights_fp_), g, co);
   handoffs_per_layer_.assign(size_t(c.n_layer), 0);
+  routed_by_layer_.assign(size_t(c.n_layer), 0);
+  cold_by_layer_.assign(size_t(c.n_layer), 0);
   checks_.assign(size_t(c.n_layer), LayerCheck{});
   spdlog::info("lane {}: attached (peer offers {} rows per request)", options.lane, client_->geometry().max_rows);
 }
@@ -86,6 +88,7 @@ void PeerExperts::run(int64_t layer, const float* x, int64_t n_rows, const Routi
   cold_rows_.clear();
   cold_ids_.clear();
   cold_w_.clear();
+  uint64_t n_cold = 0, n_routed = 0;
   for (int64_t r = 0; r < n_rows; ++r) {
     bool any = false;
     for (int64_t j = 0; j < k; ++j) {
@@ -101,11 +104,15 @@ void PeerExperts::run(int64_t layer, const float* x, int64_t n_rows, const Routi
       cold_w_.push_back(is_cold ? routing.weights[size_t(r * k + j)] : 0.0f);
       if (is_cold) {
         hot_ids_[size_t(r * k + j)] = -1;
-        ++cold_slots_;
+        ++n_cold;
       }
     }
   }
-  for (int32_t e : routing.ids) routed_slots_ += e >= 0;
+  for (int32_t e : routing.ids) n_routed += e >= 0;
+  routed_slots_ += n_routed;
+  cold_slots_ += n_cold;
+  routed_by_layer_[size_t(layer)] += n_routed;
+  cold_by_layer_[size_t(layer)] += n_cold;
   const int64_t m = int64_t(cold_rows_.size());
   cold_x_.resize(size_t(m * H));
   cold_out_.resize(size_t(m * H));

@@ -65,6 +65,8 @@ class PeerExperts final : public ExpertExecutor {
   uint64_t rows_sent() const { return rows_sent_; }
   uint64_t routed_slots() const { return routed_slots_; }  // (row, expert) pairs routed, hot + cold
   uint64_t cold_slots() const { return cold_slots_; }
+  const std::vector<uint64_t>& routed_slots_by_layer() const { return routed_by_layer_; }  // [n_layer]
+  const std::vector<uint64_t>& cold_slots_by_layer() const { return cold_by_layer_; }      // [n_layer]
   const std::vector<LayerCheck>& checks() const { return checks_; }  // [n_layer]
   void close() { client_->close(); }
   uint64_t weights_fingerprint() const { return weights_fp_; }
@@ -79,6 +81,7 @@ class PeerExperts final : public ExpertExecutor {
   std::vector<int64_t> handoffs_per_layer_;
   std::vector<LayerCheck> checks_;
   uint64_t rows_sent_ = 0, routed_slots_ = 0, cold_slots_ = 0;
+  std::vector<uint64_t> routed_by_layer_, cold_by_layer_;
   // Scratch, grown once.
   std::vector<int32_t> hot_ids_, cold_ids_;
   std::vector<float> cold_w_, cold_x_, cold_out_, ref_out_;

@@ -66,6 +66,7 @@ std::string wait_percentile(std::span<const uint64_t> hist, double q);
 struct LaneCounters {
   peer::ClientStats client;  // handoffs, overruns, waits (from the lane header)
   uint64_t rows_sent = 0, routed_slots = 0, cold_slots = 0;
+  std::vector<uint64_t> routed_slots_by_layer, cold_slots_by_layer;  // [n_layer] (0 on dense layers)
   std::vector<LayerCheck> checks;  // [n_layer] the check gate
 };
 

@@ -19,6 +19,7 @@ struct LaneSnapshot {
   uint64_t restarts = 0;       // fresh lanes started after a trip (--restart-lane)
   uint64_t handoffs = 0, overruns = 0, rows_sent = 0;
   uint64_t routed_slots = 0, cold_slots = 0;  // (row, expert) pairs routed, all / to cold experts
+  std::vector<uint64_t> routed_slots_by_layer, cold_slots_by_layer;  // [n_layer], the same per layer
   uint64_t wait_ns_total = 0;
   std::vector<uint64_t> wait_hist;  // handoff waits: bucket i holds [2^(i-1), 2^i) µs; bucket 0: < 1 µs
   int64_t checks = 0;               // check-gate rows compared, all layers

@@ -119,6 +119,12 @@ std::string Metrics::render(const SchedulerSnapshot& s) const {
     head(out, "tandem_lane_cold_share", "gauge", "Share of routed (row, expert) slots that went to cold experts");
     out += fmt::format("tandem_lane_cold_share {}\n",
                        l.routed_slots ? double(l.cold_slots) / double(l.routed_slots) : 0.0);
+    head(out, "tandem_lane_layer_cold_share", "gauge",
+         "Share of routed (row, expert) slots that went to cold experts, per MoE layer that routed any");
+    for (size_t i = 0; i < l.routed_slots_by_layer.size() && i < l.cold_slots_by_layer.size(); ++i)
+      if (const uint64_t routed = l.routed_slots_by_layer[i])
+        out += fmt::format("tandem_lane_layer_cold_share{{layer=\"{}\"}} {}\n", i,
+                           double(l.cold_slots_by_layer[i]) / double(routed));
     head(out, "tandem_lane_check_rows_total", "counter", "Rows the check gate recomputed");
     out += fmt::format("tandem_lane_check_rows_total {}\n", l.checks);
     head(out, "tandem_lane_check_min_cosine", "gauge", "Lowest cosine the check gate saw (1 when none)");

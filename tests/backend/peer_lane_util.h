@@ -171,6 +171,18 @@ inline void expect_lane_matches_local(const std::string& fixture, bool split,
     ASSERT_TRUE(st.has_value());
     EXPECT_GT(st->client.handoffs, 0u);
     EXPECT_GT(st->cold_slots, 0u);
+    // Per layer: cold slots only on MoE layers, adding up to the total, each within its layer's routed slots.
+    ASSERT_EQ(st->cold_slots_by_layer.size(), size_t(model->cfg.n_layer));
+    ASSERT_EQ(st->routed_slots_by_layer.size(), size_t(model->cfg.n_layer));
+    uint64_t cold_sum = 0, routed_sum = 0;
+    for (int64_t l = 0; l < model->cfg.n_layer; ++l) {
+      if (!model->cfg.layer_is_moe[size_t(l)]) EXPECT_EQ(st->routed_slots_by_layer[size_t(l)], 0u) << "layer " << l;
+      EXPECT_LE(st->cold_slots_by_layer[size_t(l)], st->routed_slots_by_layer[size_t(l)]) << "layer " << l;
+      cold_sum += st->cold_slots_by_layer[size_t(l)];
+      routed_sum += st->routed_slots_by_layer[size_t(l)];
+    }
+    EXPECT_EQ(cold_sum, st->cold_slots);
+    EXPECT_EQ(routed_sum, st->routed_slots);
     int64_t checked = 0;
     for (const auto& c : st->checks) {
       checked += c.checks;

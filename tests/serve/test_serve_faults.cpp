@@ -9,8 +9,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "../lane_tools/rowmap_util.h"
@@ -152,6 +155,39 @@ class ServeFaults : public ::testing::Test {
   Child server_;
   int port_ = 0;
 };
+
+// The same server, unfaulted: /metrics gives the cold share of each MoE layer (one series per MoE layer,
+// none for a dense one), and since every MoE layer routes the same rows, their mean is the overall share.
+using ServePeerLane = ServeFaults;
+TEST_F(ServePeerLane, MetricsGiveTheColdSharePerMoeLayer) {
+  answer("a prompt that routes");
+  auto c = httplib::Client("127.0.0.1", port_);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m && m->status == 200);
+  std::map<int, double> layers;
+  double overall = -1;
+  std::istringstream lines(m->body);
+  for (std::string line; std::getline(lines, line);) {
+    int layer = -1;
+    double v = 0;
+    if (std::sscanf(line.c_str(), "tandem_lane_layer_cold_share{layer=\"%d\"} %lf", &layer, &v) == 2) layers[layer] = v;
+    if (line.rfind("tandem_lane_cold_share ", 0) == 0) overall = std::stod(line.substr(23));
+  }
+  const ModelConfig& cfg = tiny_model().cfg;
+  std::map<int, double> want_layers;
+  for (int64_t l = 0; l < cfg.n_layer; ++l)
+    if (cfg.layer_is_moe[size_t(l)]) want_layers[int(l)] = 0;
+  ASSERT_EQ(layers.size(), want_layers.size()) << m->body;
+  double sum = 0;
+  for (const auto& [l, v] : layers) {
+    EXPECT_TRUE(want_layers.count(l)) << "layer " << l << " is not a MoE layer";
+    EXPECT_GE(v, 0.0);
+    EXPECT_LE(v, 1.0);
+    sum += v;
+  }
+  ASSERT_GT(overall, 0.0) << "a third of the experts are cold, yet no slot went to them: " << m->body;
+  EXPECT_NEAR(sum / double(layers.size()), overall, 1e-9) << m->body;
+}
 
 TEST_F(ServeFaults, KilledPeerFailsAnswersInFlightAndTheLaneComesBack) { fault_under_load(SIGKILL); }
 

@@ -373,6 +373,20 @@ TEST_F(RuntimeOnAModel, PeerLaneAttachesAndCounts) {
   EXPECT_GT(counters->client.handoffs, 0u);
   EXPECT_GT(counters->cold_slots, 0u);
   EXPECT_LE(counters->cold_slots, counters->routed_slots);
+  // Per layer: each MoE layer routed the 6 rows times k, a dense layer none; the parts add up to the totals.
+  const ModelConfig& cfg = rt.model->cfg;
+  ASSERT_EQ(counters->routed_slots_by_layer.size(), size_t(cfg.n_layer));
+  ASSERT_EQ(counters->cold_slots_by_layer.size(), size_t(cfg.n_layer));
+  uint64_t cold_sum = 0, routed_sum = 0;
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    const uint64_t want = cfg.layer_is_moe[size_t(l)] ? uint64_t(ids.size()) * uint64_t(cfg.n_expert_used) : 0;
+    EXPECT_EQ(counters->routed_slots_by_layer[size_t(l)], want) << "layer " << l;
+    EXPECT_LE(counters->cold_slots_by_layer[size_t(l)], counters->routed_slots_by_layer[size_t(l)]);
+    cold_sum += counters->cold_slots_by_layer[size_t(l)];
+    routed_sum += counters->routed_slots_by_layer[size_t(l)];
+  }
+  EXPECT_EQ(cold_sum, counters->cold_slots);
+  EXPECT_EQ(routed_sum, counters->routed_slots);
   const auto* checks = rt.lane_checks();
   ASSERT_NE(checks, nullptr);
   int64_t checked = 0;

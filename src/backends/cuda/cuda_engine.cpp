@@ -654,6 +654,12 @@ std::optional<CudaPeerStats> CudaEngine::peer_stats() const {
   out.rows_sent = st.rows_sent;
   out.cold_slots = st.cold_slots;
   out.routed_slots = routed_slots_;
+  out.cold_slots_by_layer = std::move(st.cold_slots_by_layer);
+  // Every MoE layer routes the same rows: the step's rows times k, counted once per MoE layer.
+  const uint64_t per_layer = c_.n_moe_layers() ? routed_slots_ / uint64_t(c_.n_moe_layers()) : 0;
+  out.routed_slots_by_layer.assign(size_t(c_.n_layer), 0);
+  for (int64_t l = 0; l < c_.n_layer; ++l)
+    if (c_.layer_is_moe[size_t(l)]) out.routed_slots_by_layer[size_t(l)] = per_layer;
   out.checks = peer_->checks();
   return out;
 }

@@ -77,6 +77,7 @@ void cuda_release_device(int device);
 struct CudaPeerStats {
   peer::ClientStats client;  // handoffs, overruns, wait total / max / histogram (from the lane header)
   uint64_t rows_sent = 0, cold_slots = 0, routed_slots = 0;
+  std::vector<uint64_t> routed_slots_by_layer, cold_slots_by_layer;  // [n_layer]
   std::vector<LayerCheck> checks;  // [n_layer] check gate
 };
 std::optional<CudaPeerStats> cuda_peer_stats(const Engine& engine);

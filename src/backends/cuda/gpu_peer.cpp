@@ -94,6 +94,10 @@ GpuPeerLane::GpuPeerLane(const Model& model, const std::vector<std::vector<int32
   st_ = static_cast<PeerDevState*>(device_alloc(sizeof(PeerDevState), "the peer lane's device state"));
   TANDEM_CUDA_CHECK(cudaMemcpy(st_, &init, sizeof init, cudaMemcpyHostToDevice));
   dev_.st = st_;
+  layer_cold_slots_ = static_cast<unsigned long long*>(
+      device_alloc(size_t(c.n_layer) * sizeof(unsigned long long), "the peer lane's per-layer counters"));
+  TANDEM_CUDA_CHECK(cudaMemset(layer_cold_slots_, 0, size_t(c.n_layer) * sizeof(unsigned long long)));
+  dev_.layer_cold_slots = layer_cold_slots_;
   h_err_ = static_cast<int*>(host_alloc(2 * sizeof(int), cudaHostAllocDefault, "the peer lane's error word"));
   h_err_[0] = h_err_[1] = 0;
 
@@ -116,6 +120,7 @@ GpuPeerLane::~GpuPeerLane() {
   for (uint8_t* m : masks_)
     if (m) cudaFree(m);
   if (st_) cudaFree(st_);
+  if (layer_cold_slots_) cudaFree(layer_cold_slots_);
   if (h_err_) cudaFreeHost(h_err_);
   if (registered_) cudaHostUnregister(registered_);
   client_.reset();  // closes the lane: the peer exits and removes the segment
@@ -215,6 +220,9 @@ GpuPeerLane::Stats GpuPeerLane::stats() const {
   out.client = client_->stats();
   out.rows_sent = st.rows_sent;
   out.cold_slots = st.cold_slots;
+  out.cold_slots_by_layer.resize(checks_.size());
+  TANDEM_CUDA_CHECK(cudaMemcpy(out.cold_slots_by_layer.data(), layer_cold_slots_,
+                               out.cold_slots_by_layer.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
   return out;
 }
 

@@ -53,6 +53,7 @@ class GpuPeerLane {
   struct Stats {
     peer::ClientStats client;
     uint64_t rows_sent = 0, cold_slots = 0;
+    std::vector<uint64_t> cold_slots_by_layer;  // [n_layer]
   };
   Stats stats() const;  // syncs the device
   const std::vector<LayerCheck>& checks() const { return checks_; }
@@ -67,6 +68,7 @@ class GpuPeerLane {
   int max_rows_ = 0;
   PeerDev dev_;
   PeerDevState* st_ = nullptr;
+  unsigned long long* layer_cold_slots_ = nullptr;  // [n_layer]
   int* h_err_ = nullptr;  // pinned [2]: err, err_value
   std::vector<uint8_t*> masks_;
   std::vector<LayerCheck> checks_;

@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(kSubmitThreads)
   if (n_cold > 0) {
     atomicAdd(&st->chunk_rows, 1u);
     atomicAdd(&st->cold_slots, static_cast<unsigned long long>(n_cold));
+    atomicAdd(&d.layer_cold_slots[layer], static_cast<unsigned long long>(n_cold));
   }
   __threadfence();
   const unsigned ticket = atomicAdd(&st->blocks_done, 1u);

@@ -52,6 +52,7 @@ struct PeerDev {
   int hidden = 0, max_k = 0;
   unsigned long long spin_ns = 0;   // spin limit; past it the wait naps and counts an overrun
   PeerDevState* st = nullptr;       // device memory
+  unsigned long long* layer_cold_slots = nullptr;  // device memory [n_layer]: cold slots sent, per layer
 };
 
 // One handoff's rows: rows [r0, r0 + count) of the step; routing ids/weights [n, kS] (k routed slots

@@ -1,12 +1,15 @@
 // `tandem check`: the bring-up gate. Runs real text through the peer lane with the check gate on every
-// handoff and prints, per MoE layer, the number of rows checked and the minimum cosine between the
-// peer's rows and the primary's own reference computation, then a verdict (exit 1 when it fails).
+// handoff and prints, per MoE layer, the number of rows checked and the minimum and mean cosine between
+// the peer's rows and a reference computation on the primary, then a verdict (exit 1 when it fails).
+// The reference is the primary's own experts (--reference lane), or, to measure what --weights fp8
+// changes, the checkpoint's experts as stored (--reference checkpoint).
 #include <fmt/format.h>
 
 #include "cli/command.h"
 #include "cli/common.h"
 #include "io/corpus.h"
 #include "io/tokenizer.h"
+#include "models/model.h"
 
 namespace tandem::cli {
 namespace {
@@ -19,6 +22,7 @@ RunFn setup(CLI::App& app) {
     double min_cosine = 0.999;
     int64_t max_tokens = 4096;
     int64_t window = 256;
+    std::string reference = "lane";
   };
   auto o = std::make_shared<Opts>();
   o->model.lane = "peer";
@@ -30,11 +34,27 @@ RunFn setup(CLI::App& app) {
   app.add_option("--min-cosine", o->min_cosine, "Gate: minimum per-layer cosine (default 0.999)");
   app.add_option("--max-tokens", o->max_tokens, "Tokens of text to run (default 4096)");
   app.add_option("--window", o->window, "Tokens per document window (default 256)");
+  app.add_option("--reference", o->reference,
+                 "What the peer's rows are compared with: lane (default: the primary's own experts, the same "
+                 "weights as the peer's: tests the peer) or checkpoint (the experts as stored in the checkpoint: "
+                 "with --weights fp8, measures what quantizing at load changes; CPU primary)")
+      ->check(CLI::IsMember({"lane", "checkpoint"}));
   return [o] {
     const RuntimeOptions ro = runtime_options(o->model, 8);
     if (!lane_has_peer(ro.lane)) fail("check runs a lane with a peer (--lane peer, or split on cuda)");
     if (ro.peer_check <= 0) fail("--peer-check must be >= 1 for the gate");
+    if (o->reference == "checkpoint" && ro.weights != "fp8")
+      fail("--reference checkpoint compares with the weights as stored, which the lane already runs: it needs "
+           "--weights fp8 (for the peer too)");
+    if (o->reference == "checkpoint" && ro.device.cuda)
+      fail("--reference checkpoint runs on the CPU primary (--device cpu): FP8 weights are not on the GPU yet");
     Runtime rt = Runtime::open(ro);
+    std::unique_ptr<Model> stored;
+    if (o->reference == "checkpoint") {
+      if (!rt.peer) fail("--reference checkpoint needs the peer lane on the CPU primary");
+      stored = Model::load(o->model.model_dir);
+      rt.peer->set_check_reference(*stored);
+    }
     Tokenizer tok = Tokenizer::load(o->model.model_dir + "/tokenizer.json");
     auto docs = load_corpus(o->corpus, o->kinds);
     // Round-robin over kinds so every kind is represented within the budget.
@@ -61,7 +81,8 @@ RunFn setup(CLI::App& app) {
     bool pass = true;
     int64_t total = 0;
     double worst = 1.0;
-    fmt::print("{:>6} {:>10} {:>12}\n", "layer", "checks", "min cosine");
+    if (stored) fmt::print("reference: the checkpoint's experts as stored (what --weights fp8 changes)\n");
+    fmt::print("{:>6} {:>10} {:>12} {:>12}\n", "layer", "checks", "min cosine", "mean cosine");
     for (size_t l = 0; l < checks.size(); ++l) {
       if (!rt.model->cfg.layer_is_moe[l]) continue;
       const auto& c = checks[l];
@@ -69,7 +90,9 @@ RunFn setup(CLI::App& app) {
       pass = pass && ok;
       total += c.checks;
       worst = std::min(worst, c.min_cosine);
-      fmt::print("{:>6} {:>10} {:>12.6f}{}\n", l, c.checks, c.min_cosine, c.checks == 0 ? "  (no rows reached the peer)" : ok ? "" : "  FAIL");
+      fmt::print("{:>6} {:>10} {:>12.6f} {:>12.6f}{}\n", l, c.checks, c.min_cosine,
+                 c.checks ? c.sum_cosine / double(c.checks) : 1.0,
+                 c.checks == 0 ? "  (no rows reached the peer)" : ok ? "" : "  FAIL");
     }
     fmt::print("{}\n", rt.lane_summary());
     fmt::print("check: {} tokens, {} row checks, minimum cosine {:.6f}, bar {} -> {}\n", used, total, worst,

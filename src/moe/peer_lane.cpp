@@ -53,7 +53,7 @@ uint64_t cold_weights_fingerprint(const Model& model, const Rowmap& rowmap) {
 }
 
 PeerExperts::PeerExperts(const Model& model, const Rowmap& rowmap, const PeerLaneOptions& options, ThreadPool& pool)
-    : model_(model), pool_(pool), options_(options) {
+    : model_(model), reference_(&model), pool_(pool), options_(options) {
   const auto& c = model.cfg;
   cold_.assign(size_t(c.n_layer), std::vector<uint8_t>(size_t(c.n_expert), 0));
   for (int64_t l = 0; l < c.n_layer; ++l)
@@ -146,12 +146,23 @@ void PeerExperts::run(int64_t layer, const float* x, int64_t n_rows, const Routi
   int64_t nth = handoffs_per_layer_[size_t(layer)]++;
   if (options_.check_every <= 0 || nth % options_.check_every != 0) return;
   ref_out_.resize(size_t(m * H));
-  run_experts_cpu(model_.layers[size_t(layer)].experts, cold_x_.data(), m, H, cold_ids_.data(), cold_w_.data(), k,
-                  ref_out_.data(), pool_);
+  run_experts_cpu(reference_->layers[size_t(layer)].experts, cold_x_.data(), m, H, cold_ids_.data(), cold_w_.data(),
+                  k, ref_out_.data(), pool_);
   auto& chk = checks_[size_t(layer)];
   for (int64_t i = 0; i < m; ++i)
     check_row(chk, cold_out_.data() + i * H, ref_out_.data() + i * H, H, options_.check_min, *client_, layer,
               cold_rows_[size_t(i)]);
+}
+
+void PeerExperts::set_check_reference(const Model& reference) {
+  const ModelConfig &a = model_.cfg, &b = reference.cfg;
+  if (a.n_layer != b.n_layer || a.n_expert != b.n_expert || a.hidden_size != b.hidden_size ||
+      a.moe_intermediate_size != b.moe_intermediate_size || a.layer_is_moe != b.layer_is_moe)
+    fail("the check gate's reference model has other shapes than the lane's ({} layers, {} experts, hidden {}, "
+         "expert width {} against {}, {}, {}, {})",
+         b.n_layer, b.n_expert, b.hidden_size, b.moe_intermediate_size, a.n_layer, a.n_expert, a.hidden_size,
+         a.moe_intermediate_size);
+  reference_ = &reference;
 }
 
 void check_row(LayerCheck& chk, const float* got, const float* want, int64_t n, double bar, peer::PeerClient& client,
@@ -165,6 +176,7 @@ void check_row(LayerCheck& chk, const float* got, const float* want, int64_t n, 
   double cos = (aa == 0 && bb == 0) ? 1.0 : (aa == 0 || bb == 0) ? 0.0 : ab / std::sqrt(aa * bb);
   if (!std::isfinite(cos)) cos = -1.0;
   chk.min_cosine = std::min(chk.min_cosine, cos);
+  chk.sum_cosine += cos;
   ++chk.checks;
   // The gate is a gate: a row this wrong must not become a token.
   if (cos < bar)

@@ -46,6 +46,7 @@ struct PeerLaneOptions {
 struct LayerCheck {
   int64_t checks = 0;        // rows compared
   double min_cosine = 1.0;
+  double sum_cosine = 0.0;   // of every row compared (mean = sum_cosine / checks)
 };
 
 // The check gate on one row, for every primary (CPU or GPU): the cosine of the peer's row `got` [n]
@@ -70,9 +71,15 @@ class PeerExperts final : public ExpertExecutor {
   const std::vector<LayerCheck>& checks() const { return checks_; }  // [n_layer]
   void close() { client_->close(); }
   uint64_t weights_fingerprint() const { return weights_fp_; }
+  // The model whose experts the check gate recomputes the cold rows with, instead of the lane's own
+  // (`tandem check --reference checkpoint`: the checkpoint as stored, against a lane that quantized its
+  // experts at load, measures what the quantization changes). It must be the same architecture and
+  // shapes (InputError otherwise) and outlive this lane.
+  void set_check_reference(const Model& reference);
 
  private:
   const Model& model_;
+  const Model* reference_;  // the check gate's experts: model_ unless set_check_reference
   ThreadPool& pool_;
   PeerLaneOptions options_;
   std::vector<std::vector<uint8_t>> cold_;  // [layer][expert] 1 = on the peer

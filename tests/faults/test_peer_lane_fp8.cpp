@@ -5,6 +5,7 @@
 // (quantize at load) needs the peer, the primary and the rowmap to agree, and then gives local tokens.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -139,6 +140,80 @@ TEST(WeightsFp8AtLoad, PeerAndPrimaryMustAgreeAndThenGiveLocalTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PeerLaneFp8, ::testing::Values("deepseekv3_fp8", "qwen3moe_fp8"));
+
+// `tandem check --reference checkpoint`: the peer's FP8-at-load rows against the experts as stored. With
+// the lane's own experts as the reference the rows are the same computation (cosine 1); against the
+// checkpoint they differ by what FP8 rounding does (below 1, yet close), and the gate judges that.
+TEST(WeightsFp8AtLoad, CheckAgainstTheCheckpointMeasuresWhatQuantizingChanges) {
+  test::TempDir tmp;
+  const std::string dir = tmp.file("tiny");
+  auto synth = test::run_tandem({"synth", "--preset", "tiny", "--out", dir, "--seed", "3"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  const std::string corpus = tmp.file("corpus.jsonl");
+  {
+    std::ofstream f(corpus);
+    for (int i = 0; i < 8; ++i)
+      f << nlohmann::json{{"kind", "prose"},
+                          {"text", fmt::format("Document {}: the quick brown fox jumps over the lazy dog, then "
+                                               "counts {} sheep and writes a short note about rivers.", i, 7 * i)}}
+               .dump()
+        << "\n";
+  }
+  Rowmap rm = test::make_rowmap(dir, [](int64_t, int64_t e) { return e % 2 == 0; });
+  ModelConfig cfg = load_config(dir);
+  apply_weights_option(cfg, "fp8");
+  rm.fingerprint = model_fingerprint(cfg, TensorStore::open_dir(dir));
+  rm.finalize();
+  const std::string rowmap = tmp.file("fp8.rowmap.json");
+  rm.save(rowmap);
+  auto check = [&](const char* tag, const std::vector<std::string>& extra) {
+    const std::string lane = unique_lane(tag);
+    Peer peer(dir, rowmap, lane, tmp, {"--weights", "fp8"});
+    EXPECT_TRUE(peer.wait_serving()) << test::read_file(peer.log);
+    std::vector<std::string> args = {"check", "--model", dir, "--weights", "fp8", "--lane", "peer", "--peer", lane,
+                                     "--rowmap", rowmap, "--corpus", corpus, "--threads", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return test::run_tandem(args);
+  };
+  // Per MoE layer: {min, mean} cosine from check's table.
+  auto table = [](const std::string& out) {
+    std::vector<std::pair<double, double>> rows;
+    std::regex row(R"(\n\s+\d+\s+(\d+)\s+([0-9.]+)\s+([0-9.]+))");
+    for (std::sregex_iterator it(out.begin(), out.end(), row), end; it != end; ++it) {
+      EXPECT_GT(std::stoll((*it)[1]), 0) << out;
+      rows.emplace_back(std::stod((*it)[2]), std::stod((*it)[3]));
+    }
+    return rows;
+  };
+
+  auto same = check("ref-lane", {});
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  auto lane_rows = table(same.out);
+  ASSERT_EQ(lane_rows.size(), 3u) << same.out;  // tiny: 4 layers, the first dense
+  for (auto [min, mean] : lane_rows) EXPECT_GE(min, 0.999999) << same.out;
+
+  auto fp8 = check("ref-ckpt", {"--reference", "checkpoint", "--min-cosine", "0.9"});
+  EXPECT_EQ(fp8.exit_code, 0) << fp8.out << fp8.err;
+  EXPECT_NE(fp8.out.find("reference: the checkpoint's experts as stored"), std::string::npos) << fp8.out;
+  auto ckpt_rows = table(fp8.out);
+  ASSERT_EQ(ckpt_rows.size(), 3u) << fp8.out;
+  for (auto [min, mean] : ckpt_rows) {
+    EXPECT_LT(mean, 0.99999) << "FP8 rounding changed nothing?\n" << fp8.out;
+    EXPECT_GT(min, 0.9) << fp8.out;
+    EXPECT_LE(min, mean);
+  }
+  // The same rows against the default bar: FP8 experts are not the checkpoint's to 0.999 (docs/fp8.md).
+  auto strict = check("ref-strict", {"--reference", "checkpoint", "--min-cosine", "0.99999"});
+  EXPECT_EQ(strict.exit_code, 1) << strict.out << strict.err;
+  EXPECT_NE(strict.out.find("-> FAIL"), std::string::npos) << strict.out;
+
+  auto no_fp8 = test::run_tandem({"check", "--model", dir, "--lane", "peer", "--peer", "nobody", "--rowmap", rowmap,
+                                  "--corpus", corpus, "--reference", "checkpoint"});
+  EXPECT_EQ(no_fp8.exit_code, 2) << no_fp8.out << no_fp8.err;
+  EXPECT_NE(no_fp8.err.find("needs --weights fp8"), std::string::npos) << no_fp8.err;
+  auto bad = test::run_tandem({"check", "--model", dir, "--corpus", corpus, "--reference", "bf16"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+}
 
 }  // namespace
 }  // namespace tandem

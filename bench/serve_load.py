@@ -64,7 +64,8 @@ def prompts_of(docs, kind, args, want):
 class Request:
     def __init__(self):
         self.sent = 0.0
-        self.arrivals = []  # monotonic time of each completion token
+        self.arrivals = []  # monotonic time of each chunk that carried completion text
+        self.end = None     # monotonic time of the chunk with the finish reason (sent after the last token)
         self.error = None
         self.usage = None
         self.finish = None
@@ -100,11 +101,16 @@ def stream_one(url, headers, body, req, barrier):
                 # client reads slower than the server decodes); how many tokens in all, usage says.
                 if c.get("finish_reason"):
                     req.finish = c["finish_reason"]
+                    req.end = now
                 elif not req.arrivals or c.get("text"):
                     req.arrivals.append(now)
         conn.close()
     except Exception as e:  # noqa: BLE001 (reported per request, counted as a failure)
         req.error = f"{type(e).__name__}: {e}"
+
+
+def num(x):
+    return "-" if x is None else f"{x:.1f}"
 
 
 def pct(xs, p):
@@ -134,14 +140,19 @@ def run_cell(args, headers, prompts, users):
     def n_tokens(r):
         return (r.usage or {}).get("completion_tokens", -1)
     bad = [r.error or f"{n_tokens(r)} tokens of {args.tokens} (finish_reason {r.finish}; usage {r.usage})"
-           for r in reqs if r.error or n_tokens(r) != args.tokens or not r.arrivals]
+           for r in reqs if r.error or n_tokens(r) != args.tokens or r.end is None]
     if bad:
         return {"users": users, "failed": bad}
-    ttft = [r.arrivals[0] - r.sent for r in reqs]
-    tpot = [(r.arrivals[-1] - r.arrivals[0]) / (args.tokens - 1) for r in reqs]
+    # The server sends a chunk only for tokens that complete some text (a token ending inside a UTF-8
+    # character waits for the next), so the first token is the first chunk's (or, with no text at all,
+    # the finish chunk's) and the last token's time is the finish chunk's, which follows it at once.
+    first = [r.arrivals[0] if r.arrivals else r.end for r in reqs]
+    ttft = [f - r.sent for f, r in zip(first, reqs)]
+    tpot = [(r.end - f) / (args.tokens - 1) for f, r in zip(first, reqs)]
     return {
         "users": users,
-        "decode_tok_s": sum(1 / t for t in tpot) if all(t > 0 for t in tpot) else float("nan"),
+        # None when a request's tokens all came at once (no decode time to divide by).
+        "decode_tok_s": sum(1 / t for t in tpot) if all(t > 0 for t in tpot) else None,
         "total_tok_s": users * args.tokens / wall,
         "ttft_ms_p50": 1e3 * pct(ttft, 50), "ttft_ms_p99": 1e3 * pct(ttft, 99),
         "tpot_ms_p50": 1e3 * pct(tpot, 50), "tpot_ms_p99": 1e3 * pct(tpot, 99),
@@ -199,11 +210,12 @@ def main():
                 failed = True
                 print(f"{k:<12} {n:>5} FAILED: {c['failed'][0]} ({len(c['failed'])} requests)")
                 continue
-            print(f"{k:<12} {n:>5} {c['decode_tok_s']:>12.1f} {c['total_tok_s']:>11.1f} "
+            print(f"{k:<12} {n:>5} {num(c['decode_tok_s']):>12} {c['total_tok_s']:>11.1f} "
                   f"{c['ttft_ms_p50']:>7.1f}/{c['ttft_ms_p99']:<8.1f} {c['tpot_ms_p50']:>7.2f}/{c['tpot_ms_p99']:<8.2f}")
         ok = [c for c in cells if c["users"] == n and "failed" not in c]
         if ok:
-            print(f"{'mean':<12} {n:>5} {statistics.mean(c['decode_tok_s'] for c in ok):>12.1f} "
+            decode = [c["decode_tok_s"] for c in ok]
+            print(f"{'mean':<12} {n:>5} {num(None if None in decode else statistics.mean(decode)):>12} "
                   f"{statistics.mean(c['total_tok_s'] for c in ok):>11.1f}")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:

@@ -171,17 +171,13 @@ Runtime Runtime::open(const RuntimeOptions& o) {
 
 std::optional<LaneCounters> Runtime::lane_counters() const {
   if (peer)
-    return LaneCounters{peer->stats(),       peer->rows_sent(), peer->routed_slots(), peer->cold_slots(),
+    return LaneCounters{peer->stats(), peer->rows_sent(), peer->routed_slots(), peer->cold_slots(),
                         peer->routed_slots_by_layer(), peer->cold_slots_by_layer(), peer->checks()};
 #ifdef TANDEM_HAVE_CUDA
   if (engine)
     if (auto st = cuda_peer_stats(*engine))
-      return LaneCounters{st->client,
-                          st->rows_sent,
-                          st->routed_slots,
-                          st->cold_slots,
-                          std::move(st->routed_slots_by_layer),
-                          std::move(st->cold_slots_by_layer),
+      return LaneCounters{st->client, st->rows_sent, st->routed_slots, st->cold_slots,
+                          std::move(st->routed_slots_by_layer), std::move(st->cold_slots_by_layer),
                           std::move(st->checks)};
 #endif
   return std::nullopt;

@@ -171,13 +171,16 @@ std::string memory_report(const Runtime& rt, const ServeOptions& o) {
                      format_bytes(uint64_t(rt.plan.n_cold()) * mb.expert_bytes));
   const KvUsage kv = rt.engine->kv_usage();
   const int64_t ctx = rt.engine->max_ctx();
-  if (kv.blocks_total > 0)
+  if (!cpu)
+    s += fmt::format("; KV one slot of the {}-token context per sequence, allocated at start: {} sequences take {}",
+                     ctx, kv.blocks_total, format_bytes(uint64_t(kv.blocks_total) * uint64_t(ctx) * per_token));
+  else if (kv.blocks_total > 0)
     s += fmt::format("; KV pool {} tokens ({}{}): {} sequences of the full {}-token context", kv.blocks_total * kv.block_tokens,
                      format_bytes(uint64_t(kv.blocks_total * kv.block_tokens) * per_token),
                      o.kv_memory_gb > 0 ? fmt::format(", --kv-memory {} GB", o.kv_memory_gb) : std::string(),
                      kv.blocks_total * kv.block_tokens / std::max<int64_t>(ctx, 1), ctx);
   else
-    s += fmt::format("; KV {}: {} sequences × {} tokens would take {}", cpu ? "grown on demand (no --kv-tokens)" : "one slot of the context per sequence",
+    s += fmt::format("; KV grown on demand (no --kv-tokens): {} sequences × {} tokens would take {}",
                      o.server.scheduler.max_seqs, ctx,
                      format_bytes(uint64_t(o.server.scheduler.max_seqs) * uint64_t(ctx) * per_token));
   return s;
@@ -415,11 +418,14 @@ int run_serve(ServeOptions& o) {
   }
   srv.scheduler().install(*current.rt->engine, current.lane.get());
   const KvUsage kv = current.rt->engine->kv_usage();
+  std::string kv_text = ", KV grown on demand";
+  if (!current.rt->device.is_cpu())
+    kv_text = fmt::format(", KV {} slots of the context", kv.blocks_total);
+  else if (kv.blocks_total > 0)
+    kv_text = fmt::format(", KV pool {} blocks of {} tokens", kv.blocks_total, kv.block_tokens);
   spdlog::info("serve: model {} as \"{}\" on lane {}, context {} tokens, up to {} sequences{}: serving",
                o.model.model_dir, o.server.served_model_name, o.model.lane, srv.scheduler().token_limit(),
-               o.server.scheduler.max_seqs,
-               kv.blocks_total > 0 ? fmt::format(", KV pool {} blocks of {} tokens", kv.blocks_total, kv.block_tokens)
-                                   : std::string(", KV grown on demand"));
+               o.server.scheduler.max_seqs, kv_text);
   spdlog::info("serve: {}", memory_report(*current.rt, o));
 
   // Supervise: reap children; after a trip (a failed step, or a lane that stopped serving while idle)

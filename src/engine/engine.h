@@ -45,6 +45,7 @@ class KvCacheFull : public InputError {
 };
 
 // The KV cache's block pool, for a scheduler's admission (all zero where the engine's cache is not pooled).
+// The CUDA engine's cache is a pool of max_seqs blocks of the whole context each (one per sequence).
 struct KvUsage {
   int64_t block_tokens = 0;  // tokens per block
   int64_t blocks_total = 0;  // 0: no fixed pool (grown on demand)

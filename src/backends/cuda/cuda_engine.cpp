@@ -41,6 +41,11 @@ class CudaEngine final : public Engine {
   void remove_sequence(int seq) override;
   int64_t seq_len(int seq) const override { return len_[size_t(seq)]; }
   int64_t max_ctx() const override { return ctx_; }
+  // The cache is max_seqs slots of the whole context, allocated at start: a pool whose block is one
+  // sequence's slot, so a scheduler admits against it and /metrics shows the slots in use.
+  KvUsage kv_usage() const override {
+    return {ctx_, int64_t(live_.size()), int64_t(std::count(live_.begin(), live_.end(), true))};
+  }
   const std::vector<float>& forward(std::span<const Item> items, bool all_logits) override;
   std::optional<CudaPeerStats> peer_stats() const;
   bool set_pdl(bool on);

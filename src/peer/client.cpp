@@ -19,14 +19,6 @@ namespace {
 constexpr uint64_t kBlockNapNs = 20'000'000;  // futex nap while blocked; the lane state is re-checked after each
 constexpr int kSpinCheckEvery = 64;           // spin iterations between clock / state checks
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 int wait_bucket(uint64_t wait_ns) {
   uint64_t us = wait_ns / 1000;
   int b = 0;

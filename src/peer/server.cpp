@@ -22,14 +22,6 @@ namespace {
 
 constexpr uint64_t kHeartbeatEveryNs = 1'000'000;  // peer heartbeat resolution while busy
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 std::atomic<PeerServer*> g_signal_server{nullptr};
 
 void on_stop_signal(int) {

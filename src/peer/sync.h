@@ -14,6 +14,16 @@ namespace tandem::peer {
 
 uint64_t now_ns();  // CLOCK_MONOTONIC, comparable across processes of one machine
 
+// One spin-wait pause (x86 `pause`, Arm `yield`): a spinning thread yields the core's pipeline to its
+// sibling and eases the memory traffic of its polling.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // Sleeps while *word == expected, at most timeout_ns (or until woken / a signal). Returns at once
 // when the value differs. For a 64-bit counter pass its low 32 bits (little-endian: the first word).
 void futex_wait(const std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns);

@@ -17,26 +17,23 @@ ApiError::ApiError(int status, std::string message, std::string param, std::stri
 
 ordered_json error_object(int status, const std::string& message, const std::string& param, const std::string& type,
                           const std::string& code) {
+  // The type and code a status gets when the caller names none.
+  struct Default {
+    int status;
+    const char* type;
+    const char* code;
+  };
+  static constexpr Default kDefaults[] = {
+      {401, "authentication_error", "invalid_api_key"},   {404, "not_found_error", "not_found"},
+      {413, "invalid_request_error", "request_too_large"}, {429, "rate_limit_error", "queue_full"},
+      {503, "service_unavailable_error", "lane_unavailable"},
+  };
   std::string t = type, c = code;
-  if (t.empty()) {
-    switch (status) {
-      case 401: t = "authentication_error"; break;
-      case 404: t = "not_found_error"; break;
-      case 429: t = "rate_limit_error"; break;
-      case 503: t = "service_unavailable_error"; break;
-      default: t = status >= 500 ? "server_error" : "invalid_request_error";
-    }
-  }
-  if (c.empty()) {
-    switch (status) {
-      case 401: c = "invalid_api_key"; break;
-      case 404: c = "not_found"; break;
-      case 413: c = "request_too_large"; break;
-      case 429: c = "queue_full"; break;
-      case 503: c = "lane_unavailable"; break;
-      default: c = std::to_string(status);
-    }
-  }
+  const Default* d = nullptr;
+  for (const Default& x : kDefaults)
+    if (x.status == status) d = &x;
+  if (t.empty()) t = d ? d->type : status >= 500 ? "server_error" : "invalid_request_error";
+  if (c.empty()) c = d ? d->code : std::to_string(status);
   ordered_json e;
   e["message"] = message;
   e["type"] = t;

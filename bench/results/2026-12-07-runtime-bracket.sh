@@ -2,7 +2,7 @@
 # One device call for issue 27: the backend tests of the new build, then the lanes of `tandem bench`
 # on flash-mini with the binary from before the change (old), the new one, and old again.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . scripts/lib/carry.sh
 carry_setup .carry
 corpus=$carry/shared/corpus/public.jsonl

@@ -2,7 +2,7 @@
 # One device call for issue 28: the server on the host and peer lanes (host, peer, host), driven over
 # HTTP by bench/serve_load.py, then `tandem bench` on the same lanes, users and lengths.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . scripts/lib/carry.sh
 carry_setup .carry
 corpus=$carry/shared/corpus/public.jsonl

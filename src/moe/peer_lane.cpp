@@ -165,16 +165,20 @@ void PeerExperts::set_check_reference(const Model& reference) {
   reference_ = &reference;
 }
 
-void check_row(LayerCheck& chk, const float* got, const float* want, int64_t n, double bar, peer::PeerClient& client,
-               int64_t layer, int64_t row) {
+double row_cosine(const float* a, const float* b, int64_t n) {
   double ab = 0, aa = 0, bb = 0;
   for (int64_t h = 0; h < n; ++h) {
-    ab += double(got[h]) * want[h];
-    aa += double(got[h]) * got[h];
-    bb += double(want[h]) * want[h];
+    ab += double(a[h]) * b[h];
+    aa += double(a[h]) * a[h];
+    bb += double(b[h]) * b[h];
   }
-  double cos = (aa == 0 && bb == 0) ? 1.0 : (aa == 0 || bb == 0) ? 0.0 : ab / std::sqrt(aa * bb);
-  if (!std::isfinite(cos)) cos = -1.0;
+  const double cos = (aa == 0 && bb == 0) ? 1.0 : (aa == 0 || bb == 0) ? 0.0 : ab / std::sqrt(aa * bb);
+  return std::isfinite(cos) ? cos : -1.0;
+}
+
+void check_row(LayerCheck& chk, const float* got, const float* want, int64_t n, double bar, peer::PeerClient& client,
+               int64_t layer, int64_t row) {
+  const double cos = row_cosine(got, want, n);
   chk.min_cosine = std::min(chk.min_cosine, cos);
   chk.sum_cosine += cos;
   ++chk.checks;

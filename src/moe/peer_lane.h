@@ -49,6 +49,9 @@ struct LayerCheck {
   double sum_cosine = 0.0;   // of every row compared (mean = sum_cosine / checks)
 };
 
+// The cosine of rows a and b [n], in f64: 1 when both are zero, 0 when one is, -1 when not finite.
+double row_cosine(const float* a, const float* b, int64_t n);
+
 // The check gate on one row, for every primary (CPU or GPU): the cosine of the peer's row `got` [n]
 // against the primary's reference `want` [n] (1 when both are zero, 0 when one is, -1 when not finite)
 // joins `chk`; below `bar` the lane trips (cause check_failed) and this throws LaneTripped, so the row

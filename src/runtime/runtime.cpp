@@ -259,13 +259,7 @@ ProbeResult Runtime::probe(double bar) {
   eo.max_ctx = int64_t(prompt.size());
   CpuEngine reference(*model, eo);
   const std::vector<float> want = last_logits(reference);
-  double dot = 0, ng = 0, nw = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    dot += double(got[size_t(i)]) * want[size_t(i)];
-    ng += double(got[size_t(i)]) * got[size_t(i)];
-    nw += double(want[size_t(i)]) * want[size_t(i)];
-  }
-  r.cosine = ng > 0 && nw > 0 ? dot / std::sqrt(ng * nw) : (ng == nw ? 1.0 : 0.0);
+  r.cosine = row_cosine(got.data(), want.data(), vocab);
   if (!(r.cosine >= bar)) {
     r.why = fmt::format("the probe's logits through the lane have cosine {:.6f} against every expert on this host, "
                         "below {}",

@@ -387,6 +387,10 @@ TEST_F(RuntimeOnAModel, PeerLaneAttachesAndCounts) {
   }
   EXPECT_EQ(cold_sum, counters->cold_slots);
   EXPECT_EQ(routed_sum, counters->routed_slots);
+  // The check gate's reference must be the lane's model's shapes: another architecture is refused.
+  auto other = Model::load(test::oracle_dir("olmoe_f32"));
+  EXPECT_NE(input_error([&] { rt.peer->set_check_reference(*other); }).find("other shapes than the lane's"),
+            std::string::npos);
   const auto* checks = rt.lane_checks();
   ASSERT_NE(checks, nullptr);
   int64_t checked = 0;
